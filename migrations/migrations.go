@@ -1,0 +1,153 @@
+// Package migrations holds pgleader's SQL schema as golang-migrate migrations,
+// embedded in the module, and applies them through the pgx v5 driver.
+//
+// The schema lives in the PostgreSQL schema "pgleader". Its history is kept in
+// the table [HistoryTable] of the connection's current schema (normally
+// public), not in golang-migrate's default "schema_migrations", so an
+// application that runs its own golang-migrate migrations in the same
+// database keeps its history untouched. Migrating is serialized by a
+// PostgreSQL advisory lock derived from that table's name, so several
+// replicas may apply the migrations at start-up at the same time.
+//
+// Apply them from Go:
+//
+//	if err := migrations.Up(ctx, pool); err != nil { ... }
+//
+// or from the command line with the golang-migrate CLI, naming the same
+// history table:
+//
+//	migrate -source file://migrations -database 'pgx5://host/db?x-migrations-table=pgleader_schema_migrations' up
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// HistoryTable is the table in which pgleader records which of its
+// migrations are applied.
+const HistoryTable = "pgleader_schema_migrations"
+
+// Latest is the newest schema version this module ships and expects.
+const Latest uint = 1
+
+//go:embed *.sql
+var files embed.FS
+
+// FS returns the embedded migration files, named as golang-migrate expects
+// (NNNN_name.up.sql, NNNN_name.down.sql).
+func FS() embed.FS { return files }
+
+// Up applies every migration not yet applied. A database already at
+// [Latest] is left as it is and is not an error.
+func Up(ctx context.Context, pool *pgxpool.Pool) error {
+	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Up() })
+}
+
+// Down reverts every pgleader migration, dropping the schema "pgleader" and
+// every lease and fence in it. The history table stays, at no version.
+func Down(ctx context.Context, pool *pgxpool.Pool) error {
+	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Down() })
+}
+
+// To migrates up or down to version, which must be between 1 and [Latest];
+// use [Down] for none.
+func To(ctx context.Context, pool *pgxpool.Pool, version uint) error {
+	if version < 1 || version > Latest {
+		return fmt.Errorf("pgleader/migrations: version %d out of range 1..%d (use Down to revert all)", version, Latest)
+	}
+	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Migrate(version) })
+}
+
+// Version reports the applied version (0 if none) and whether the last
+// migration failed half-way (dirty), which needs a person to look.
+func Version(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
+	err = run(ctx, pool, func(m *migrate.Migrate) error {
+		version, dirty, err = m.Version()
+		if errors.Is(err, migrate.ErrNilVersion) {
+			version, dirty, err = 0, false, nil
+		}
+		return err
+	})
+	return version, dirty, err
+}
+
+// UpURL is [Up] for a connection string (postgres://… or a key=value DSN).
+func UpURL(ctx context.Context, url string) error {
+	return withURL(ctx, url, Up)
+}
+
+// DownURL is [Down] for a connection string.
+func DownURL(ctx context.Context, url string) error {
+	return withURL(ctx, url, Down)
+}
+
+// ToURL is [To] for a connection string.
+func ToURL(ctx context.Context, url string, version uint) error {
+	return withURL(ctx, url, func(ctx context.Context, p *pgxpool.Pool) error { return To(ctx, p, version) })
+}
+
+// VersionURL is [Version] for a connection string.
+func VersionURL(ctx context.Context, url string) (version uint, dirty bool, err error) {
+	err = withURL(ctx, url, func(ctx context.Context, p *pgxpool.Pool) error {
+		version, dirty, err = Version(ctx, p)
+		return err
+	})
+	return version, dirty, err
+}
+
+func withURL(ctx context.Context, url string, f func(context.Context, *pgxpool.Pool) error) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return fmt.Errorf("pgleader/migrations: %w", err)
+	}
+	defer pool.Close()
+	return f(ctx, pool)
+}
+
+func run(ctx context.Context, pool *pgxpool.Pool, f func(*migrate.Migrate) error) error {
+	if pool == nil {
+		return errors.New("pgleader/migrations: nil pool")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	src, err := iofs.New(files, ".")
+	if err != nil {
+		return fmt.Errorf("pgleader/migrations: %w", err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	drv, err := migratepgx.WithInstance(db, &migratepgx.Config{MigrationsTable: HistoryTable})
+	if err != nil {
+		return fmt.Errorf("pgleader/migrations: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+	if err != nil {
+		_ = drv.Close()
+		return fmt.Errorf("pgleader/migrations: %w", err)
+	}
+	defer m.Close()
+
+	// golang-migrate takes no context; stop between migrations when ctx ends.
+	m.GracefulStop = make(chan bool, 1)
+	stop := context.AfterFunc(ctx, func() { m.GracefulStop <- true })
+	defer stop()
+
+	err = f(m)
+	if errors.Is(err, migrate.ErrNoChange) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("pgleader/migrations: %w", err)
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,126 @@
+package pgleader
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxKeyLen and MaxOwnerLen are the longest key and owner, in bytes, that a
+// lease accepts.
+const (
+	MaxKeyLen   = 200
+	MaxOwnerLen = 200
+)
+
+// Lease is one key's lease as a backend last saw it.
+type Lease struct {
+	// Key names the lease.
+	Key string
+	// Holder is the owner of the term that holds the lease unexpired, or ""
+	// when it is free (released, expired or never taken).
+	Holder string
+	// Token is the holding term's token; when the lease is free, the last
+	// token issued for the key (0 if none).
+	Token int64
+	// AcquiredAt, RenewedAt and ExpiresAt are the holding term's times on
+	// the backend's clock; zero when the lease is free.
+	AcquiredAt, RenewedAt, ExpiresAt time.Time
+	// Now is the backend's clock when it read the lease.
+	Now time.Time
+}
+
+// Held reports whether a term held the lease when it was read.
+func (l Lease) Held() bool { return l.Holder != "" }
+
+// Remaining is how long the lease had left when it was read, on the
+// backend's clock; 0 when it is free.
+func (l Lease) Remaining() time.Duration {
+	if !l.Held() {
+		return 0
+	}
+	return max(l.ExpiresAt.Sub(l.Now), 0)
+}
+
+// Backend runs the lease operations. Each call is one atomic, conditional
+// operation decided on the backend's own clock. Implementations must be safe
+// for concurrent use.
+//
+// The PostgreSQL implementation is [Postgres]; an in-memory one for tests is
+// in package pgleadertest.
+type Backend interface {
+	// Acquire takes the lease for owner if it is free or expired, drawing a
+	// token greater than every token issued before for key, and returns it
+	// with acquired = true. If another term holds the lease, nothing
+	// changes, no token is consumed, and the holder, its token and its
+	// expiry are returned with acquired = false.
+	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease Lease, acquired bool, err error)
+
+	// Renew extends the term's lease to ttl from now on the backend's clock
+	// and returns the new expiry, or [ErrLost] if the term no longer holds
+	// it unexpired. It never changes the token.
+	Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (expires time.Time, err error)
+
+	// Release frees the lease if the term still holds it, and reports
+	// whether it did. A stale term's release changes nothing.
+	Release(ctx context.Context, key, owner string, token int64) (released bool, err error)
+
+	// Lease reads key's lease.
+	Lease(ctx context.Context, key string) (Lease, error)
+}
+
+// Advancer is implemented by backends that can move a key's token counter up
+// after their lease data was lost.
+type Advancer interface {
+	// Advance raises key's token counter to at least floor while the lease
+	// is free, so the next Acquire draws at least floor+1. It never lowers
+	// the counter and changes nothing while a term holds the lease; it
+	// reports whether the lease was free and the counter afterwards.
+	Advance(ctx context.Context, key string, floor int64) (advanced bool, counter int64, err error)
+}
+
+// CheckKey returns an error matching [ErrInvalid] unless key is a usable
+// lease key: not empty, valid UTF-8, at most [MaxKeyLen] bytes.
+func CheckKey(key string) error {
+	return checkName("key", key, MaxKeyLen)
+}
+
+// CheckOwner is [CheckKey] for owners, with the limit [MaxOwnerLen].
+func CheckOwner(owner string) error {
+	return checkName("owner", owner, MaxOwnerLen)
+}
+
+// CheckTTL returns an error matching [ErrInvalid] unless ttl is at least one
+// microsecond, the database's resolution.
+func CheckTTL(ttl time.Duration) error {
+	if ttl < time.Microsecond {
+		return invalidf("ttl must be at least 1µs, got %v", ttl)
+	}
+	return nil
+}
+
+func checkName(what, s string, limit int) error {
+	switch {
+	case s == "":
+		return invalidf("%s must not be empty", what)
+	case len(s) > limit:
+		return invalidf("%s is %d bytes; the limit is %d", what, len(s), limit)
+	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
+		return invalidf("%s must be valid UTF-8 without NUL bytes", what)
+	}
+	return nil
+}
+
+func checkTerm(key, owner string, token int64) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := CheckOwner(owner); err != nil {
+		return err
+	}
+	if token < 1 {
+		return invalidf("token must be positive, got %d", token)
+	}
+	return nil
+}

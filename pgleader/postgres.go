@@ -1,0 +1,157 @@
+package pgleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// DB is what [Postgres] needs from a connection: *pgxpool.Pool, *pgx.Conn
+// and pgx.Tx all satisfy it.
+type DB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Postgres is the [Backend] (and [Advancer]) on PostgreSQL. Each operation is
+// one call of an SQL function in the schema "pgleader" (see package
+// migrations), decided by PostgreSQL on its own clock. It is safe for
+// concurrent use if its DB is (a pool is; a single *pgx.Conn is not).
+type Postgres struct {
+	db DB
+}
+
+// NewPostgres returns the PostgreSQL backend over db, normally a
+// *pgxpool.Pool. The schema must have been migrated; operations on a
+// database without it fail with an error matching [ErrNotMigrated].
+func NewPostgres(db DB) *Postgres {
+	return &Postgres{db: db}
+}
+
+var (
+	_ Backend  = (*Postgres)(nil)
+	_ Advancer = (*Postgres)(nil)
+)
+
+// Acquire implements [Backend].
+func (p *Postgres) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Lease, bool, error) {
+	if err := checkAcquire(key, owner, ttl); err != nil {
+		return Lease{}, false, err
+	}
+	l := Lease{Key: key}
+	var acquired bool
+	err := p.db.QueryRow(ctx,
+		`SELECT acquired, holder, token, expires_at, db_now FROM pgleader.acquire($1, $2, $3)`,
+		key, owner, interval(ttl),
+	).Scan(&acquired, &l.Holder, &l.Token, &l.ExpiresAt, &l.Now)
+	if err != nil {
+		return Lease{}, false, sqlError("acquire", err)
+	}
+	if acquired {
+		l.AcquiredAt, l.RenewedAt = l.Now, l.Now
+	}
+	return l, acquired, nil
+}
+
+// Renew implements [Backend].
+func (p *Postgres) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
+	if err := checkTerm(key, owner, token); err != nil {
+		return time.Time{}, err
+	}
+	if err := CheckTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	var expires pgtype.Timestamptz
+	err := p.db.QueryRow(ctx, `SELECT pgleader.renew($1, $2, $3, $4)`,
+		key, owner, token, interval(ttl)).Scan(&expires)
+	if err != nil {
+		return time.Time{}, sqlError("renew", err)
+	}
+	if !expires.Valid {
+		return time.Time{}, ErrLost
+	}
+	return expires.Time, nil
+}
+
+// Release implements [Backend]. A successful release notifies the PostgreSQL
+// channel "pgleader" with the key as payload.
+func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	if err := checkTerm(key, owner, token); err != nil {
+		return false, err
+	}
+	var released bool
+	err := p.db.QueryRow(ctx, `SELECT pgleader.release($1, $2, $3)`, key, owner, token).Scan(&released)
+	if err != nil {
+		return false, sqlError("release", err)
+	}
+	return released, nil
+}
+
+// Lease implements [Backend].
+func (p *Postgres) Lease(ctx context.Context, key string) (Lease, error) {
+	if err := CheckKey(key); err != nil {
+		return Lease{}, err
+	}
+	l := Lease{Key: key}
+	var holder pgtype.Text
+	var acquired, renewed, expires pgtype.Timestamptz
+	err := p.db.QueryRow(ctx,
+		`SELECT holder, token, acquired_at, renewed_at, expires_at, db_now FROM pgleader.lease($1)`, key,
+	).Scan(&holder, &l.Token, &acquired, &renewed, &expires, &l.Now)
+	if err != nil {
+		return Lease{}, sqlError("lease", err)
+	}
+	l.Holder = holder.String
+	l.AcquiredAt, l.RenewedAt, l.ExpiresAt = acquired.Time, renewed.Time, expires.Time
+	return l, nil
+}
+
+// Advance implements [Advancer].
+func (p *Postgres) Advance(ctx context.Context, key string, floor int64) (bool, int64, error) {
+	if err := CheckKey(key); err != nil {
+		return false, 0, err
+	}
+	if floor < 0 {
+		return false, 0, invalidf("floor must not be negative, got %d", floor)
+	}
+	var advanced bool
+	var counter int64
+	err := p.db.QueryRow(ctx, `SELECT advanced, token FROM pgleader.advance($1, $2)`, key, floor).
+		Scan(&advanced, &counter)
+	if err != nil {
+		return false, 0, sqlError("advance", err)
+	}
+	return advanced, counter, nil
+}
+
+func checkAcquire(key, owner string, ttl time.Duration) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := CheckOwner(owner); err != nil {
+		return err
+	}
+	return CheckTTL(ttl)
+}
+
+func interval(d time.Duration) pgtype.Interval {
+	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
+}
+
+// sqlError maps PostgreSQL's errors onto the package's sentinels.
+func sqlError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
+			return fmt.Errorf("%w (%s: %s)", ErrNotMigrated, op, pgErr.Message)
+		case "22023": // invalid_parameter_value, raised by the SQL functions' own checks
+			return fmt.Errorf("%w: %s: %s", ErrInvalid, op, pgErr.Message)
+		}
+	}
+	return fmt.Errorf("pgleader: %s: %w", op, err)
+}

@@ -1,0 +1,485 @@
+package pgleader_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgleader/pgleader/pgleader"
+	"github.com/pgleader/pgleader/internal/pgtest"
+)
+
+const ttl = 10 * time.Second
+
+func newBackend(t *testing.T) (*pgleader.Postgres, *pgtest.DB) {
+	t.Helper()
+	db := pgtest.New(t)
+	return pgleader.NewPostgres(db.Pool), db
+}
+
+func mustAcquire(t *testing.T, b pgleader.Backend, key, owner string, ttl time.Duration) pgleader.Lease {
+	t.Helper()
+	l, ok, err := b.Acquire(context.Background(), key, owner, ttl)
+	if err != nil {
+		t.Fatalf("acquire %s by %s: %v", key, owner, err)
+	}
+	if !ok {
+		t.Fatalf("acquire %s by %s: held by %s (token %d)", key, owner, l.Holder, l.Token)
+	}
+	return l
+}
+
+func mustRelease(t *testing.T, b pgleader.Backend, key, owner string, token int64) {
+	t.Helper()
+	ok, err := b.Release(context.Background(), key, owner, token)
+	if err != nil || !ok {
+		t.Fatalf("release %s/%s/%d = %v, %v; want true", key, owner, token, ok, err)
+	}
+}
+
+func waitFree(t *testing.T, b pgleader.Backend, key string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		l, err := b.Lease(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Held() {
+			return
+		}
+		time.Sleep(min(l.Remaining(), 20*time.Millisecond) + time.Millisecond)
+	}
+	t.Fatalf("lease %s still held after 30s", key)
+}
+
+func TestTokensIncreaseAcrossReleaseExpiryAndReacquire(t *testing.T) {
+	t.Parallel()
+	b, _ := newBackend(t)
+	ctx := context.Background()
+
+	var last int64
+	next := func(l pgleader.Lease) {
+		t.Helper()
+		if l.Token <= last {
+			t.Fatalf("token %d after %d: tokens must strictly increase", l.Token, last)
+		}
+		last = l.Token
+	}
+
+	l := mustAcquire(t, b, "k", "a", ttl)
+	next(l)
+	mustRelease(t, b, "k", "a", l.Token)
+
+	l = mustAcquire(t, b, "k", "a", ttl) // the same owner again: a new term
+	next(l)
+	mustRelease(t, b, "k", "a", l.Token)
+
+	l = mustAcquire(t, b, "k", "b", 50*time.Millisecond)
+	next(l)
+	waitFree(t, b, "k") // expiry, no release
+	l = mustAcquire(t, b, "k", "a", ttl)
+	next(l)
+
+	// The expired term cannot renew; the new one can, without a new token.
+	if _, err := b.Renew(ctx, "k", "b", last-1, ttl); !errors.Is(err, pgleader.ErrLost) {
+		t.Fatalf("renew by the expired term: %v, want ErrLost", err)
+	}
+	if _, err := b.Renew(ctx, "k", "a", last, ttl); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Lease(ctx, "k")
+	if err != nil || got.Token != last || got.Holder != "a" {
+		t.Fatalf("lease after renew = %+v, %v; want holder a token %d", got, err, last)
+	}
+
+	// Another key has its own counter.
+	if l := mustAcquire(t, b, "other", "a", ttl); l.Token != 1 {
+		t.Fatalf("first token of a new key = %d, want 1", l.Token)
+	}
+}
+
+func TestFailedAcquireConsumesNoToken(t *testing.T) {
+	t.Parallel()
+	b, _ := newBackend(t)
+	ctx := context.Background()
+
+	first := mustAcquire(t, b, "k", "a", ttl)
+	if first.Token != 1 {
+		t.Fatalf("first term's token = %d, want 1", first.Token)
+	}
+	for i := 0; i < 10; i++ {
+		l, ok, err := b.Acquire(ctx, "k", "b", ttl)
+		if err != nil || ok {
+			t.Fatalf("acquire while held = %v, %v; want held", ok, err)
+		}
+		if l.Holder != "a" || l.Token != 1 || !l.ExpiresAt.After(l.Now) {
+			t.Fatalf("held answer = %+v; want holder a, token 1, expiry after now", l)
+		}
+		if l.Remaining() <= 0 || l.Remaining() > ttl {
+			t.Fatalf("remaining = %v, want in (0, %v]", l.Remaining(), ttl)
+		}
+	}
+	// The same owner cannot take its own held lease twice either.
+	if _, ok, err := b.Acquire(ctx, "k", "a", ttl); err != nil || ok {
+		t.Fatalf("second acquire by the holder = %v, %v; want held", ok, err)
+	}
+	mustRelease(t, b, "k", "a", 1)
+	if second := mustAcquire(t, b, "k", "b", ttl); second.Token != 2 {
+		t.Fatalf("second term's token = %d, want 2", second.Token)
+	}
+}
+
+func TestStaleRenewAndReleaseChangeNothing(t *testing.T) {
+	t.Parallel()
+	b, _ := newBackend(t)
+	ctx := context.Background()
+
+	old := mustAcquire(t, b, "k", "a", ttl)
+	mustRelease(t, b, "k", "a", old.Token)
+	cur := mustAcquire(t, b, "k", "b", ttl)
+	before, err := b.Lease(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	stale := []struct {
+		name  string
+		owner string
+		token int64
+	}{
+		{"old term", "a", old.Token},
+		{"holder with old token", "b", old.Token},
+		{"other owner with current token", "a", cur.Token},
+		{"future token", "b", cur.Token + 1},
+	}
+	for _, s := range stale {
+		if _, err := b.Renew(ctx, "k", s.owner, s.token, time.Hour); !errors.Is(err, pgleader.ErrLost) {
+			t.Errorf("%s: renew err = %v, want ErrLost", s.name, err)
+		}
+		if ok, err := b.Release(ctx, "k", s.owner, s.token); err != nil || ok {
+			t.Errorf("%s: release = %v, %v; want false", s.name, ok, err)
+		}
+	}
+	after, err := b.Lease(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Holder != before.Holder || after.Token != before.Token ||
+		!after.ExpiresAt.Equal(before.ExpiresAt) || !after.RenewedAt.Equal(before.RenewedAt) {
+		t.Fatalf("stale calls changed the lease: before %+v, after %+v", before, after)
+	}
+}
+
+// TestExpiryUsesDatabaseClock shows that expiry is decided by the database's
+// clock at the moment each statement runs: a lease taken late in a long
+// transaction expires TTL after that moment (clock_timestamp), not after the
+// transaction's start (now()), and a candidate wins exactly when the
+// database's clock passes the expiry it reported.
+func TestExpiryUsesDatabaseClock(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t)
+	ctx := context.Background()
+
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_sleep(0.5)`); err != nil {
+		t.Fatal(err)
+	}
+	inTx := pgleader.NewPostgres(tx)
+	l := mustAcquire(t, inTx, "k", "a", 300*time.Millisecond)
+	var txStart time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&txStart); err != nil {
+		t.Fatal(err)
+	}
+	if !l.ExpiresAt.After(txStart.Add(500 * time.Millisecond)) {
+		t.Fatalf("expiry %v is within 500ms of the transaction start %v: it used now()", l.ExpiresAt, txStart)
+	}
+	if _, err := inTx.Renew(ctx, "k", "a", l.Token, 300*time.Millisecond); err != nil {
+		t.Fatalf("renew inside the long transaction: %v", err)
+	}
+	var holds bool
+	if err := tx.QueryRow(ctx, `SELECT pgleader.holds('k', $1)`, l.Token).Scan(&holds); err != nil || !holds {
+		t.Fatalf("holds inside the long transaction = %v, %v; want true", holds, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Outside: a candidate fails while the database clock is before the
+	// expiry and wins once it is past it.
+	held, err := b.Lease(ctx, "k")
+	if err != nil || !held.Held() {
+		t.Fatalf("lease = %+v, %v; want held", held, err)
+	}
+	for {
+		got, ok, err := b.Acquire(ctx, "k", "b", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if got.Now.Before(held.ExpiresAt) {
+				t.Fatalf("won at %v, before the expiry %v", got.Now, held.ExpiresAt)
+			}
+			break
+		}
+		if !got.Now.Before(held.ExpiresAt) {
+			t.Fatalf("refused at %v, at or after the expiry %v", got.Now, held.ExpiresAt)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestAdvanceAfterLostLeaseData(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t)
+	ctx := context.Background()
+
+	for i := 0; i < 3; i++ {
+		l := mustAcquire(t, b, "k", "a", ttl)
+		mustRelease(t, b, "k", "a", l.Token)
+	}
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM pgleader.lease`); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := b.Lease(ctx, "k"); err != nil || l.Token != 0 {
+		t.Fatalf("after losing the data: %+v, %v; want token 0", l, err)
+	}
+
+	ok, counter, err := b.Advance(ctx, "k", 50)
+	if err != nil || !ok || counter != 50 {
+		t.Fatalf("advance(50) = %v, %d, %v; want true, 50", ok, counter, err)
+	}
+	l := mustAcquire(t, b, "k", "a", ttl)
+	if l.Token != 51 {
+		t.Fatalf("token after advance(50) = %d, want 51", l.Token)
+	}
+
+	// While held, advance changes nothing, however high the floor.
+	ok, counter, err = b.Advance(ctx, "k", 1000)
+	if err != nil || ok || counter != 51 {
+		t.Fatalf("advance while held = %v, %d, %v; want false, 51", ok, counter, err)
+	}
+	if _, err := b.Renew(ctx, "k", "a", 51, ttl); err != nil {
+		t.Fatalf("the holder lost its lease to advance: %v", err)
+	}
+	mustRelease(t, b, "k", "a", 51)
+
+	// Never down.
+	ok, counter, err = b.Advance(ctx, "k", 10)
+	if err != nil || !ok || counter != 51 {
+		t.Fatalf("advance(10) after 51 = %v, %d, %v; want true, 51", ok, counter, err)
+	}
+	if l := mustAcquire(t, b, "k", "a", ttl); l.Token != 52 {
+		t.Fatalf("token = %d, want 52", l.Token)
+	}
+
+	// On an expired lease advance applies, and the expired term is gone.
+	mustRelease(t, b, "k", "a", 52)
+	short := mustAcquire(t, b, "k", "a", 50*time.Millisecond)
+	waitFree(t, b, "k")
+	if ok, counter, err := b.Advance(ctx, "k", 70); err != nil || !ok || counter != 70 {
+		t.Fatalf("advance on expired lease = %v, %d, %v; want true, 70", ok, counter, err)
+	}
+	if _, err := b.Renew(ctx, "k", "a", short.Token, ttl); !errors.Is(err, pgleader.ErrLost) {
+		t.Fatalf("expired term renewed after advance: %v", err)
+	}
+	if l := mustAcquire(t, b, "k", "b", ttl); l.Token != 71 {
+		t.Fatalf("token = %d, want 71", l.Token)
+	}
+}
+
+// TestAcquireRace has 16 candidates on their own connections compete for one
+// key, round after round; between rounds the winner releases or its lease
+// expires. Every round must have exactly one winner, with a new token.
+func TestAcquireRace(t *testing.T) {
+	t.Parallel()
+	const (
+		candidates = 16
+		rounds     = 200
+		expireTTL  = 300 * time.Millisecond
+	)
+	_, db := newBackend(t)
+	ctx := context.Background()
+
+	backends := make([]*pgleader.Postgres, candidates)
+	for i := range backends {
+		backends[i] = pgleader.NewPostgres(db.NewPoolConfig(t, func(c *pgxpool.Config) { c.MaxConns = 1 }))
+		if _, err := backends[i].Lease(ctx, "k"); err != nil { // open the connection before racing
+			t.Fatal(err)
+		}
+	}
+
+	seen := make(map[int64]bool)
+	var last int64
+	for round := 0; round < rounds; round++ {
+		byExpiry := round%4 == 3
+		roundTTL := ttl
+		if byExpiry {
+			roundTTL = expireTTL
+		}
+		type result struct {
+			owner string
+			lease pgleader.Lease
+			won   bool
+			err   error
+		}
+		results := make([]result, candidates)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, b := range backends {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				owner := fmt.Sprintf("c%d", i)
+				l, won, err := b.Acquire(ctx, "k", owner, roundTTL)
+				results[i] = result{owner, l, won, err}
+			}()
+		}
+		close(start)
+		wg.Wait()
+
+		var winners []result
+		for _, r := range results {
+			if r.err != nil {
+				t.Fatalf("round %d: %v", round, r.err)
+			}
+			if r.won {
+				winners = append(winners, r)
+			}
+		}
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d winners, want exactly 1: %+v", round, len(winners), winners)
+		}
+		w := winners[0]
+		if seen[w.lease.Token] || w.lease.Token <= last {
+			t.Fatalf("round %d: token %d repeats or does not increase (last %d)", round, w.lease.Token, last)
+		}
+		seen[w.lease.Token], last = true, w.lease.Token
+		for _, r := range results {
+			if !r.won && (r.lease.Holder != w.owner || r.lease.Token != w.lease.Token) {
+				t.Fatalf("round %d: loser saw holder %s/%d, winner is %s/%d",
+					round, r.lease.Holder, r.lease.Token, w.owner, w.lease.Token)
+			}
+		}
+		if byExpiry {
+			waitFree(t, backends[0], "k")
+		} else {
+			mustRelease(t, backends[0], "k", w.owner, w.lease.Token)
+		}
+	}
+	if last != rounds {
+		t.Fatalf("after %d rounds the token is %d: tokens were skipped", rounds, last)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t)
+	ctx := context.Background()
+	long := strings.Repeat("k", pgleader.MaxKeyLen+1)
+	maxKey := strings.Repeat("k", pgleader.MaxKeyLen)
+
+	cases := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"acquire empty key", func() error { _, _, err := b.Acquire(ctx, "", "a", ttl); return err }, "key must not be empty"},
+		{"acquire empty owner", func() error { _, _, err := b.Acquire(ctx, "k", "", ttl); return err }, "owner must not be empty"},
+		{"acquire long key", func() error { _, _, err := b.Acquire(ctx, long, "a", ttl); return err }, "key is 201 bytes; the limit is 200"},
+		{"acquire long owner", func() error { _, _, err := b.Acquire(ctx, "k", long, ttl); return err }, "owner is 201 bytes"},
+		{"acquire zero ttl", func() error { _, _, err := b.Acquire(ctx, "k", "a", 0); return err }, "ttl must be at least 1µs"},
+		{"acquire negative ttl", func() error { _, _, err := b.Acquire(ctx, "k", "a", -time.Second); return err }, "ttl must be at least"},
+		{"acquire nanosecond ttl", func() error { _, _, err := b.Acquire(ctx, "k", "a", time.Nanosecond); return err }, "ttl must be at least"},
+		{"acquire NUL in key", func() error { _, _, err := b.Acquire(ctx, "k\x00", "a", ttl); return err }, "valid UTF-8 without NUL"},
+		{"acquire invalid UTF-8", func() error { _, _, err := b.Acquire(ctx, "k\xff", "a", ttl); return err }, "valid UTF-8"},
+		{"renew empty key", func() error { _, err := b.Renew(ctx, "", "a", 1, ttl); return err }, "key must not be empty"},
+		{"renew zero ttl", func() error { _, err := b.Renew(ctx, "k", "a", 1, 0); return err }, "ttl must be"},
+		{"renew zero token", func() error { _, err := b.Renew(ctx, "k", "a", 0, ttl); return err }, "token must be positive"},
+		{"release empty owner", func() error { _, err := b.Release(ctx, "k", "", 1); return err }, "owner must not be empty"},
+		{"release negative token", func() error { _, err := b.Release(ctx, "k", "a", -1); return err }, "token must be positive"},
+		{"lease long key", func() error { _, err := b.Lease(ctx, long); return err }, "limit is 200"},
+		{"advance empty key", func() error { _, _, err := b.Advance(ctx, "", 5); return err }, "key must not be empty"},
+		{"advance negative floor", func() error { _, _, err := b.Advance(ctx, "k", -1); return err }, "floor must not be negative"},
+	}
+	for _, c := range cases {
+		err := c.call()
+		if !errors.Is(err, pgleader.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v; want ErrInvalid containing %q", c.name, err, c.want)
+		}
+	}
+	if l := mustAcquire(t, b, maxKey, "a", ttl); l.Token != 1 {
+		t.Fatalf("a key of exactly %d bytes: token %d", pgleader.MaxKeyLen, l.Token)
+	}
+
+	// The SQL functions refuse the same input for callers that bypass Go.
+	for _, q := range []string{
+		`SELECT * FROM pgleader.acquire('', 'a', '1s')`,
+		`SELECT * FROM pgleader.acquire('k', '', '1s')`,
+		`SELECT * FROM pgleader.acquire(repeat('k', 201), 'a', '1s')`,
+		`SELECT * FROM pgleader.acquire('k', 'a', '0s')`,
+		`SELECT * FROM pgleader.acquire('k', 'a', '-1s')`,
+		`SELECT pgleader.renew('k', 'a', 1, NULL)`,
+		`SELECT * FROM pgleader.advance('k', -1)`,
+	} {
+		var pgErr *pgconn.PgError
+		_, err := db.Pool.Exec(ctx, q)
+		if !errors.As(err, &pgErr) || pgErr.Code != "22023" || !strings.HasPrefix(pgErr.Message, "pgleader: ") {
+			t.Errorf("%s: err = %v; want SQLSTATE 22023 with a pgleader message", q, err)
+		}
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader.lease WHERE key = 'k'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("refused calls left %d rows, %v", n, err)
+	}
+}
+
+func TestNotMigrated(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	b := pgleader.NewPostgres(db.Pool)
+	ctx := context.Background()
+	calls := map[string]func() error{
+		"acquire": func() error { _, _, err := b.Acquire(ctx, "k", "a", ttl); return err },
+		"renew":   func() error { _, err := b.Renew(ctx, "k", "a", 1, ttl); return err },
+		"release": func() error { _, err := b.Release(ctx, "k", "a", 1); return err },
+		"lease":   func() error { _, err := b.Lease(ctx, "k"); return err },
+		"advance": func() error { _, _, err := b.Advance(ctx, "k", 1); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		if !errors.Is(err, pgleader.ErrNotMigrated) || !strings.Contains(err.Error(), "migrations.Up") {
+			t.Errorf("%s on an unmigrated database: %v; want ErrNotMigrated naming migrations.Up", name, err)
+		}
+	}
+}
+
+func TestBackendInsideTransaction(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t)
+	ctx := context.Background()
+
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		mustAcquire(t, pgleader.NewPostgres(tx), "k", "a", ttl)
+		return errors.New("roll back")
+	})
+	if err == nil {
+		t.Fatal("BeginFunc: want the rollback error")
+	}
+	// Rolled back: the token was not consumed.
+	if l := mustAcquire(t, b, "k", "a", ttl); l.Token != 1 {
+		t.Fatalf("token after a rolled-back acquire = %d, want 1", l.Token)
+	}
+}
