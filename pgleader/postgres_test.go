@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgleader/pgleader/pgleader"
 	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/pgleader"
 )
 
 const ttl = 10 * time.Second

@@ -1,0 +1,26 @@
+# pgleader — run `make` for this help.
+
+GO        ?= go
+STATICCHECK_VERSION := v0.8.2
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: test
+test: ## Vet, then run every test under the race detector (needs PostgreSQL; see README).
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 9m ./...
+
+.PHONY: lint
+lint: ## gofmt check, go vet and staticcheck.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+.PHONY: demo
+demo: ## Run the recipe's story against PostgreSQL (arrives with the demo issue).
+	@echo "make demo: the runnable demo arrives with the demo issue (examples/handover); nothing to run yet." >&2
+	@exit 1

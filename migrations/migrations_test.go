@@ -1,0 +1,267 @@
+package migrations_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// catalog describes every object in the schema pgleader, so two states of
+// the schema can be compared.
+func catalog(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT 'class ' || c.relkind::text || ' ' || c.relname
+		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgleader'
+		UNION ALL
+		SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+		       || ' notnull=' || a.attnotnull || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+		  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		  JOIN pg_namespace n ON n.oid = c.relnamespace
+		  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		 WHERE n.nspname = 'pgleader' AND a.attnum > 0 AND NOT a.attisdropped
+		UNION ALL
+		SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(co.oid)
+		  FROM pg_constraint co JOIN pg_namespace n ON n.oid = co.connamespace WHERE n.nspname = 'pgleader'
+		UNION ALL
+		SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+		  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgleader'
+		UNION ALL
+		SELECT 'function ' || pg_get_functiondef(p.oid)
+		  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'pgleader'
+		UNION ALL
+		SELECT 'trigger ' || pg_get_triggerdef(tg.oid)
+		  FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid
+		  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgleader' AND NOT tg.tgisinternal
+		UNION ALL
+		SELECT 'comment ' || obj_description(c.oid, 'pg_class')
+		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		 WHERE n.nspname = 'pgleader' AND obj_description(c.oid, 'pg_class') IS NOT NULL
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(s)
+		b.WriteByte('\n')
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func mustVersion(t *testing.T, pool *pgxpool.Pool, want uint) {
+	t.Helper()
+	v, dirty, err := migrations.Version(context.Background(), pool)
+	if err != nil || dirty || v != want {
+		t.Fatalf("version = %d dirty=%v err=%v; want %d, clean", v, dirty, err, want)
+	}
+}
+
+func TestUpDownUpLeavesTheSameSchema(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ctx := context.Background()
+
+	mustVersion(t, db.Pool, 0)
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	mustVersion(t, db.Pool, migrations.Latest)
+	first := catalog(t, db.Pool)
+	if !strings.Contains(first, "class r lease") || !strings.Contains(first, "FUNCTION pgleader.acquire") {
+		t.Fatalf("catalog after up lacks the lease table or acquire:\n%s", first)
+	}
+	if err := migrations.Up(ctx, db.Pool); err != nil { // already there: no error
+		t.Fatalf("second Up: %v", err)
+	}
+
+	if err := migrations.Down(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	mustVersion(t, db.Pool, 0)
+	if got := catalog(t, db.Pool); got != "" {
+		t.Fatalf("down left objects behind:\n%s", got)
+	}
+
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if second := catalog(t, db.Pool); second != first {
+		t.Fatalf("up after down differs:\nfirst:\n%s\nsecond:\n%s", first, second)
+	}
+
+	// Step down and up one version at a time through To.
+	for v := migrations.Latest; v >= 1; v-- {
+		if err := migrations.To(ctx, db.Pool, v); err != nil {
+			t.Fatalf("To(%d): %v", v, err)
+		}
+		mustVersion(t, db.Pool, v)
+	}
+	if err := migrations.To(ctx, db.Pool, migrations.Latest); err != nil {
+		t.Fatal(err)
+	}
+	if third := catalog(t, db.Pool); third != first {
+		t.Fatalf("To(Latest) differs from Up:\n%s\nvs\n%s", first, third)
+	}
+	for _, bad := range []uint{0, migrations.Latest + 1} {
+		if err := migrations.To(ctx, db.Pool, bad); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("To(%d) = %v; want an out-of-range error", bad, err)
+		}
+	}
+}
+
+func TestURLVariants(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ctx := context.Background()
+	if err := migrations.UpURL(ctx, db.URL); err != nil {
+		t.Fatal(err)
+	}
+	if v, dirty, err := migrations.VersionURL(ctx, db.URL); err != nil || dirty || v != migrations.Latest {
+		t.Fatalf("VersionURL = %d, %v, %v", v, dirty, err)
+	}
+	if err := migrations.DownURL(ctx, db.URL); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.ToURL(ctx, db.URL, 1); err != nil {
+		t.Fatal(err)
+	}
+	mustVersion(t, db.Pool, 1)
+	if err := migrations.UpURL(ctx, "postgres://127.0.0.1:1/none?connect_timeout=1"); err == nil {
+		t.Fatal("UpURL to a closed port: want an error")
+	}
+	if err := migrations.Up(ctx, nil); err == nil {
+		t.Fatal("Up(nil): want an error")
+	}
+}
+
+// TestAppMigrationsSurvive runs an application's own golang-migrate
+// migrations, with golang-migrate's default history table, beside ours.
+func TestAppMigrationsSurvive(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ctx := context.Background()
+
+	app := fstest.MapFS{
+		"1_things.up.sql":   {Data: []byte(`CREATE TABLE things (id int PRIMARY KEY);`)},
+		"1_things.down.sql": {Data: []byte(`DROP TABLE things;`)},
+		"2_more.up.sql":     {Data: []byte(`ALTER TABLE things ADD COLUMN name text;`)},
+		"2_more.down.sql":   {Data: []byte(`ALTER TABLE things DROP COLUMN name;`)},
+	}
+	appMigrate := func(f func(*migrate.Migrate) error) {
+		t.Helper()
+		src, err := iofs.New(app, ".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB := stdlib.OpenDBFromPool(db.Pool)
+		defer sqlDB.Close()
+		drv, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{}) // the default table
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if err := f(m); err != nil && err != migrate.ErrNoChange {
+			t.Fatal(err)
+		}
+	}
+	appVersion := func() (v int64, dirty bool) {
+		t.Helper()
+		if err := db.Pool.QueryRow(ctx, `SELECT version, dirty FROM public.schema_migrations`).Scan(&v, &dirty); err != nil {
+			t.Fatal(err)
+		}
+		return v, dirty
+	}
+
+	appMigrate(func(m *migrate.Migrate) error { return m.Migrate(1) })
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if v, dirty := appVersion(); v != 1 || dirty {
+		t.Fatalf("app history after our Up = %d dirty=%v; want 1", v, dirty)
+	}
+	mustVersion(t, db.Pool, migrations.Latest)
+
+	// The app goes on migrating; our history is untouched by it.
+	appMigrate(func(m *migrate.Migrate) error { return m.Up() })
+	if v, _ := appVersion(); v != 2 {
+		t.Fatalf("app version = %d, want 2", v)
+	}
+	mustVersion(t, db.Pool, migrations.Latest)
+
+	if err := migrations.Down(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if v, dirty := appVersion(); v != 2 || dirty {
+		t.Fatalf("app history after our Down = %d dirty=%v; want 2", v, dirty)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM things`).Scan(&n); err != nil {
+		t.Fatalf("app table gone after our Down: %v", err)
+	}
+}
+
+// TestConcurrentUp has several processes' worth of pools migrate one empty
+// database at once.
+func TestConcurrentUp(t *testing.T) {
+	t.Parallel()
+	ref := pgtest.New(t)
+	want := catalog(t, ref.Pool)
+
+	for round := 0; round < 3; round++ {
+		db := pgtest.NewEmpty(t)
+		const migrators = 4
+		pools := make([]*pgxpool.Pool, migrators)
+		for i := range pools {
+			pools[i] = db.NewPool(t)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, migrators)
+		start := make(chan struct{})
+		for i, p := range pools {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs[i] = migrations.Up(context.Background(), p)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d migrator %d: %v", round, i, err)
+			}
+		}
+		mustVersion(t, db.Pool, migrations.Latest)
+		if got := catalog(t, db.Pool); got != want {
+			t.Fatalf("round %d: schema after concurrent Up differs:\nwant:\n%s\ngot:\n%s", round, want, got)
+		}
+	}
+}
