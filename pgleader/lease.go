@@ -112,6 +112,23 @@ func checkName(what, s string, limit int) error {
 	return nil
 }
 
+// CheckToken returns an error matching [ErrInvalid] unless token is
+// positive, as every issued token is.
+func CheckToken(token int64) error {
+	if token < 1 {
+		return invalidf("token must be positive, got %d", token)
+	}
+	return nil
+}
+
+// CheckFloor returns an error matching [ErrInvalid] if floor is negative.
+func CheckFloor(floor int64) error {
+	if floor < 0 {
+		return invalidf("floor must not be negative, got %d", floor)
+	}
+	return nil
+}
+
 func checkTerm(key, owner string, token int64) error {
 	if err := CheckKey(key); err != nil {
 		return err
@@ -119,8 +136,5 @@ func checkTerm(key, owner string, token int64) error {
 	if err := CheckOwner(owner); err != nil {
 		return err
 	}
-	if token < 1 {
-		return invalidf("token must be positive, got %d", token)
-	}
-	return nil
+	return CheckToken(token)
 }

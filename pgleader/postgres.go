@@ -115,8 +115,8 @@ func (p *Postgres) Advance(ctx context.Context, key string, floor int64) (bool, 
 	if err := CheckKey(key); err != nil {
 		return false, 0, err
 	}
-	if floor < 0 {
-		return false, 0, invalidf("floor must not be negative, got %d", floor)
+	if err := CheckFloor(floor); err != nil {
+		return false, 0, err
 	}
 	var advanced bool
 	var counter int64

@@ -1,0 +1,412 @@
+package pgleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Options are the parts of an Elector that are not timing.
+type Options struct {
+	// Owner identifies this replica (pod name, host:pid); unique among the
+	// running replicas. Default: hostname:pid:random.
+	Owner string
+	// Lead is the body, run for each term this replica wins, after Claim.
+	// Its context is cancelled at the term's cancel instant (see Spec). It
+	// should check t.Live() between units of work and return when the term
+	// ends; when it returns the term ends as finished. Required.
+	Lead func(ctx context.Context, t *Term) error
+	// Claim, if set, runs after acquisition and before Lead. It returns
+	// false if the fenced store already saw this token or a higher one; the
+	// term then ends as refused. An error ends it as refused too.
+	Claim func(ctx context.Context, t *Term) (bool, error)
+	// FenceFloor, if set, returns the store's highest fence. Before each
+	// campaign the key's token counter is advanced to it while the lease is
+	// free, so after the lease data was lost the first term draws floor+1.
+	FenceFloor func(ctx context.Context) (int64, error)
+	// Logger receives the elector's logs, each with key and owner, and
+	// token where a term is concerned. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Status is a snapshot of an Elector for health endpoints and logs.
+type Status struct {
+	Key, Owner string
+	// Leading is true while a term is live (won and not yet ending).
+	Leading bool
+	// Token is the current term's token, or the last term's.
+	Token int64
+	// Deadline is the live term's safe end on the local clock; zero when
+	// not leading.
+	Deadline time.Time
+	// Terms counts the terms this elector has won.
+	Terms int
+	// LastEnd is why the last term ended.
+	LastEnd EndReason
+	// LastError is the last error from the backend or a hook, and when.
+	LastError   error
+	LastErrorAt time.Time
+}
+
+// Elector campaigns for one key and runs the body while it leads. Create it
+// with New; its methods are safe for concurrent use, and Run may be called
+// once at a time.
+type Elector struct {
+	backend  Backend
+	advancer Advancer // nil if the backend cannot advance
+	spec     Spec
+	opts     Options
+	log      *slog.Logger
+
+	running sync.Mutex
+
+	mu     sync.Mutex
+	status Status
+	term   *Term
+}
+
+// New validates spec and opts and returns an Elector over backend (for
+// PostgreSQL, NewPostgres(pool)). It fails with an error matching ErrInvalid
+// for a bad Spec or missing Lead, and with ErrAdvanceUnsupported when
+// spec.RequireFenceAdvance is set and backend does not implement Advancer.
+func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
+	if backend == nil {
+		return nil, invalidf("New: nil backend")
+	}
+	spec, err := spec.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Lead == nil {
+		return nil, invalidf("Options.Lead is required")
+	}
+	if opts.Owner == "" {
+		opts.Owner = defaultOwner()
+	}
+	if err := CheckOwner(opts.Owner); err != nil {
+		return nil, fmt.Errorf("Options.Owner: %w", err)
+	}
+	advancer, _ := backend.(Advancer)
+	if spec.RequireFenceAdvance && advancer == nil {
+		return nil, fmt.Errorf("%w: Spec.RequireFenceAdvance is set and %T does not implement Advancer", ErrAdvanceUnsupported, backend)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("key", spec.Key, "owner", opts.Owner)
+	if opts.FenceFloor != nil && advancer == nil {
+		log.Warn("FenceFloor is set but the backend cannot advance its counter; the floor is ignored")
+	}
+	return &Elector{
+		backend:  backend,
+		advancer: advancer,
+		spec:     spec,
+		opts:     opts,
+		log:      log,
+		status:   Status{Key: spec.Key, Owner: opts.Owner},
+	}, nil
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d:%04x", host, os.Getpid(), rand.Uint32()&0xffff)
+}
+
+// Spec returns the elector's Spec with its defaults filled in.
+func (e *Elector) Spec() Spec { return e.spec }
+
+// Status returns a snapshot of the elector's state.
+func (e *Elector) Status() Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.status
+	if e.term != nil {
+		s.Leading = e.term.Live()
+		if s.Leading {
+			s.Deadline = e.term.Deadline()
+		}
+	}
+	return s
+}
+
+// ErrRunning is returned by Run when the Elector is already running.
+var ErrRunning = errors.New("pgleader: Run called while the elector is already running")
+
+// Run campaigns for the key until ctx is cancelled, running the body for
+// every term it wins. Backend errors never end Run: it logs them and retries
+// with backoff. When ctx is cancelled, a live term ends as stopped: the body
+// is told at once, cancelled YieldGrace later, and the lease is released
+// within ReleaseTimeout after the body returns. Run then returns nil, with
+// no goroutine of its own left running.
+func (e *Elector) Run(ctx context.Context) error {
+	if !e.running.TryLock() {
+		return ErrRunning
+	}
+	defer e.running.Unlock()
+
+	failures := 0
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := e.spec.CampaignEvery
+		won, err := e.campaign(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil:
+			failures++
+			wait = e.backoff(failures)
+			e.log.Warn("campaign failed", "err", err, "retry_in", wait)
+		case won:
+			failures = 0
+		default:
+			failures = 0
+		}
+		if !sleep(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// backoff doubles the campaign interval for each consecutive failure up to
+// TTL, with up to 20% jitter so replicas do not retry in step.
+func (e *Elector) backoff(failures int) time.Duration {
+	d := e.spec.CampaignEvery
+	for i := 1; i < failures && d < e.spec.TTL; i++ {
+		d *= 2
+	}
+	d = min(d, e.spec.TTL)
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// campaign advances the counter to the floor, tries to acquire, and runs the
+// term if it won. It reports whether it won.
+func (e *Elector) campaign(ctx context.Context) (bool, error) {
+	if e.opts.FenceFloor != nil && e.advancer != nil {
+		floor, err := e.opts.FenceFloor(ctx)
+		if err != nil {
+			return false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
+		}
+		advanced, counter, err := e.advancer.Advance(ctx, e.spec.Key, floor)
+		if err != nil {
+			return false, e.fail(err)
+		}
+		if advanced && counter == floor && floor > 0 {
+			e.log.Debug("token counter at the fence floor", "floor", floor)
+		}
+	}
+	sent := time.Now()
+	lease, won, err := e.backend.Acquire(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL)
+	if err != nil {
+		return false, e.fail(err)
+	}
+	if !won {
+		return false, nil
+	}
+	e.lead(ctx, lease.Token, sent)
+	return true, nil
+}
+
+func (e *Elector) fail(err error) error {
+	e.mu.Lock()
+	e.status.LastError, e.status.LastErrorAt = err, time.Now()
+	e.mu.Unlock()
+	return err
+}
+
+// timeline returns the safe end, cancel and yield instants for a term whose
+// last successful acquire or renew was sent at sent.
+func (e *Elector) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
+	safeEnd = sent.Add(e.spec.TTL - e.spec.Margin)
+	cancelAt = safeEnd.Add(-e.spec.ReleaseTimeout)
+	yieldAt = cancelAt.Add(-e.spec.YieldGrace)
+	return safeEnd, cancelAt, yieldAt
+}
+
+type renewResult struct {
+	sent time.Time
+	err  error
+}
+
+// lead runs one term from acquisition to release.
+func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
+	t := newTerm(e.spec.Key, e.opts.Owner, token, sent)
+	log := e.log.With("token", token)
+	safeEnd, cancelAt, yieldAt := e.timeline(sent)
+	t.setTimeline(safeEnd, yieldAt)
+
+	e.mu.Lock()
+	e.term = t
+	e.status.Token = token
+	e.status.Terms++
+	e.mu.Unlock()
+	log.Info("leading")
+
+	bodyCtx, cancelBody := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBody()
+	bodyDone := make(chan error, 1)
+	go func() { bodyDone <- e.runBody(bodyCtx, t) }()
+
+	renewTimer := time.NewTimer(time.Until(sent.Add(e.spec.RenewEvery)))
+	defer renewTimer.Stop()
+	yieldTimer := time.NewTimer(time.Until(yieldAt))
+	defer yieldTimer.Stop()
+	cancelTimer := time.NewTimer(time.Until(cancelAt))
+	defer cancelTimer.Stop()
+
+	var renewing chan renewResult // non-nil while a renewal is in flight
+	renewCtx, cancelRenew := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRenew()
+	stop := ctx.Done()
+	var bodyErr error
+	release := false
+
+	for bodyDone != nil || renewing != nil {
+		select {
+		case <-stop:
+			stop = nil
+			if t.Reason() == ReasonNone {
+				t.end(ReasonStopped)
+				log.Info("stopping; the body has YieldGrace to return", "yield_grace", e.spec.YieldGrace)
+				if grace := time.Until(cancelAt); grace > e.spec.YieldGrace {
+					cancelTimer.Reset(e.spec.YieldGrace)
+				}
+			}
+
+		case <-renewTimer.C:
+			if t.Reason() != ReasonNone {
+				continue
+			}
+			renewing = make(chan renewResult, 1)
+			go e.renew(renewCtx, token, safeEnd, renewing)
+
+		case r := <-renewing:
+			renewing = nil
+			switch {
+			case r.err == nil:
+				if t.Reason() != ReasonNone {
+					continue
+				}
+				safeEnd, cancelAt, yieldAt = e.timeline(r.sent)
+				t.setTimeline(safeEnd, yieldAt)
+				yieldTimer.Reset(time.Until(yieldAt))
+				cancelTimer.Reset(time.Until(cancelAt))
+				renewTimer.Reset(time.Until(r.sent.Add(e.spec.RenewEvery)))
+			case errors.Is(r.err, ErrLost):
+				if t.Reason() == ReasonNone {
+					t.end(ReasonLost)
+					log.Warn("lease lost; cancelling the body")
+				}
+				cancelBody()
+			default:
+				e.fail(r.err)
+				retry := min(e.spec.CampaignEvery, e.spec.RenewEvery)
+				log.Warn("renew failed", "err", r.err, "retry_in", retry, "yield_in", time.Until(yieldAt))
+				renewTimer.Reset(retry)
+			}
+
+		case <-yieldTimer.C:
+			if t.Reason() == ReasonNone {
+				t.end(ReasonExpiring)
+				log.Warn("renewals failed until the yield instant; the term is ending")
+			}
+
+		case <-cancelTimer.C:
+			cancelBody()
+
+		case bodyErr = <-bodyDone:
+			bodyDone = nil
+			cancelBody()
+			cancelRenew() // nothing to keep: the lease is released or lost next
+			if t.Reason() == ReasonNone {
+				reason := ReasonFinished
+				if errors.Is(bodyErr, errRefused) {
+					reason = ReasonRefused
+				}
+				t.end(reason)
+			}
+			release = t.Reason() != ReasonLost
+		}
+	}
+
+	reason := t.Reason()
+	if bodyErr != nil && !errors.Is(bodyErr, errRefused) {
+		e.fail(bodyErr)
+	}
+	if release {
+		e.release(ctx, log, token)
+	}
+	e.mu.Lock()
+	e.status.LastEnd = reason
+	e.mu.Unlock()
+	log.Info("term ended", "reason", reason.String(), "err", bodyErr)
+}
+
+// errRefused marks a body goroutine that stopped because Claim refused.
+var errRefused = errors.New("pgleader: claim refused the token")
+
+// runBody runs Claim and then Lead, turning a panic into an error so the
+// term still ends and releases.
+func (e *Elector) runBody(ctx context.Context, t *Term) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("pgleader: body panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	if e.opts.Claim != nil {
+		ok, err := e.opts.Claim(ctx, t)
+		if err != nil {
+			e.fail(fmt.Errorf("pgleader: Claim: %w", err))
+			return fmt.Errorf("%w: %w", errRefused, err)
+		}
+		if !ok {
+			return errRefused
+		}
+	}
+	return e.opts.Lead(ctx, t)
+}
+
+// renew sends one renewal, bounded by the term's safe end and by ctx,
+// which lead cancels once the body has returned.
+func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out chan<- renewResult) {
+	rctx, cancel := context.WithDeadline(ctx, safeEnd)
+	defer cancel()
+	sent := time.Now()
+	_, err := e.backend.Renew(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
+	out <- renewResult{sent: sent, err: err}
+}
+
+// release frees the lease within ReleaseTimeout, even after ctx is
+// cancelled.
+func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.ReleaseTimeout)
+	defer cancel()
+	released, err := e.backend.Release(rctx, e.spec.Key, e.opts.Owner, token)
+	switch {
+	case err != nil:
+		e.fail(err)
+		log.Warn("release failed; the lease will expire", "err", err)
+	case !released:
+		log.Warn("release found the lease no longer ours")
+	}
+}
+
+// sleep waits d or until ctx is done, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,525 @@
+package pgleader_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/pgleader/pgleader/pgleader"
+	"github.com/pgleader/pgleader/pgleader/pgleadertest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// idle is a body that works until its context is cancelled.
+func idle(ctx context.Context, _ *pgleader.Term) error {
+	<-ctx.Done()
+	return nil
+}
+
+// termRecord is what a body saw of one term, on the local clock.
+type termRecord struct {
+	term                       *pgleader.Term
+	token                      int64
+	started, ending, cancelled time.Time
+	returned                   time.Time
+	reason                     pgleader.EndReason
+	liveAtStart                bool
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	terms []*termRecord
+}
+
+func (r *recorder) all() []termRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]termRecord, len(r.terms))
+	for i, t := range r.terms {
+		out[i] = *t
+		out[i].reason = t.term.Reason()
+	}
+	return out
+}
+
+// body returns a Lead that records instants. It returns finishAfter into
+// the term if that is positive, at once when the term starts ending if
+// onEnding is set, and otherwise when its context is cancelled.
+func (r *recorder) body(finishAfter time.Duration, onEnding bool) func(context.Context, *pgleader.Term) error {
+	return func(ctx context.Context, t *pgleader.Term) error {
+		rec := &termRecord{term: t, token: t.Token(), started: time.Now(), liveAtStart: t.Live()}
+		r.mu.Lock()
+		r.terms = append(r.terms, rec)
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			rec.returned = time.Now()
+			r.mu.Unlock()
+		}()
+		var finish <-chan time.Time
+		if finishAfter > 0 {
+			finish = time.After(finishAfter)
+		}
+		ending := t.Ending()
+		for {
+			select {
+			case <-ending:
+				ending = nil
+				r.mu.Lock()
+				rec.ending = time.Now()
+				r.mu.Unlock()
+				if onEnding {
+					return nil
+				}
+			case <-ctx.Done():
+				r.mu.Lock()
+				rec.cancelled = time.Now()
+				if rec.ending.IsZero() && !t.Live() {
+					rec.ending = rec.cancelled
+				}
+				r.mu.Unlock()
+				return ctx.Err()
+			case <-finish:
+				return nil
+			}
+		}
+	}
+}
+
+type run struct {
+	el     *pgleader.Elector
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t *testing.T, b pgleader.Backend, spec pgleader.Spec, opts pgleader.Options) *run {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quiet
+	}
+	el, err := pgleader.New(b, spec, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{el: el, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- el.Run(ctx) }()
+	return r
+}
+
+// stop cancels Run and waits for it to return nil.
+func (r *run) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatalf("Run returned %v, want nil", err)
+	}
+}
+
+func releases(b *pgleadertest.Backend) (out []pgleadertest.Event) {
+	for _, e := range b.History() {
+		if e.Op == pgleadertest.OpRelease {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func acquisitions(b *pgleadertest.Backend) (out []pgleadertest.Event) {
+	for _, e := range b.History() {
+		if e.Op == pgleadertest.OpAcquire && e.OK {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func at(t *testing.T, what string, got, t0 time.Time, want time.Duration) {
+	t.Helper()
+	if got.Sub(t0) != want {
+		t.Errorf("%s at t0%+v, want t0%+v", what, got.Sub(t0), want)
+	}
+}
+
+// With the recipe's spec a term whose last acquire or renew was sent at s
+// yields at s+4s, is cancelled at s+5s and is safe until s+5.5s.
+
+func TestTimelineStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false)})
+		time.Sleep(3 * time.Second) // renewed at t0+2s
+		r.stop(t)
+		at(t, "Run returned", time.Now(), t0, 4*time.Second)
+
+		terms := rec.all()
+		if len(terms) != 1 {
+			t.Fatalf("%d terms, want 1", len(terms))
+		}
+		tr := terms[0]
+		if tr.token != 1 || !tr.liveAtStart || tr.term.Live() || tr.reason != pgleader.ReasonStopped {
+			t.Errorf("term = %+v; want token 1, live at start, not after, stopped", tr)
+		}
+		at(t, "started", tr.started, t0, 0)
+		at(t, "ending", tr.ending, t0, 3*time.Second)
+		at(t, "cancelled", tr.cancelled, t0, 4*time.Second) // YieldGrace after the stop
+		rel := releases(b)
+		if len(rel) != 1 || !rel[0].OK {
+			t.Fatalf("releases = %+v, want one that took effect", rel)
+		}
+		at(t, "released", rel[0].At, t0, 4*time.Second)
+		if got := r.el.Status(); got.Leading || got.LastEnd != pgleader.ReasonStopped || got.Terms != 1 || got.Token != 1 {
+			t.Errorf("status = %+v", got)
+		}
+	})
+}
+
+func TestTimelineStoppedBodyReturnsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, true)})
+		time.Sleep(2500 * time.Millisecond)
+		r.stop(t)
+		at(t, "Run returned", time.Now(), t0, 2500*time.Millisecond)
+		rel := releases(b)
+		if len(rel) != 1 || !rel[0].OK {
+			t.Fatalf("releases = %+v", rel)
+		}
+		at(t, "released", rel[0].At, t0, 2500*time.Millisecond)
+	})
+}
+
+// TestTimelineStoppedNearCancel: a stop late in a term whose renewals fail
+// is cancelled at C, not YieldGrace after the stop.
+func TestTimelineStoppedNearCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false)})
+		time.Sleep(time.Second)
+		b.SetFailure(errors.New("connection refused"))
+		time.Sleep(3700 * time.Millisecond) // t0+4.7s: past Y (4s), before C (5s)
+		r.stop(t)
+		tr := rec.all()[0]
+		if tr.reason != pgleader.ReasonExpiring {
+			t.Errorf("reason = %v, want expiring (it began before the stop)", tr.reason)
+		}
+		at(t, "ending", tr.ending, t0, 4*time.Second)
+		at(t, "cancelled", tr.cancelled, t0, 5*time.Second)
+	})
+}
+
+func TestTimelineExpiring(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false)})
+		time.Sleep(3 * time.Second) // renewed at t0+2s: Y = t0+6s, C = t0+7s
+		b.SetFailure(errors.New("connection refused"))
+		time.Sleep(10 * time.Second)
+
+		tr := rec.all()[0]
+		if tr.reason != pgleader.ReasonExpiring {
+			t.Errorf("reason = %v, want expiring", tr.reason)
+		}
+		at(t, "ending", tr.ending, t0, 6*time.Second)
+		at(t, "cancelled", tr.cancelled, t0, 7*time.Second)
+		if st := r.el.Status(); st.Leading || st.LastError == nil || st.LastEnd != pgleader.ReasonExpiring {
+			t.Errorf("status = %+v; want not leading, a last error, expiring", st)
+		}
+		// The database never answered again: no release reached it, and
+		// Run is still campaigning rather than exiting.
+		if rel := releases(b); len(rel) != 0 {
+			t.Errorf("releases = %+v, want none", rel)
+		}
+		select {
+		case err := <-r.done:
+			t.Fatalf("Run exited during an outage: %v", err)
+		default:
+		}
+		// When the database returns, the replica leads again with a new token.
+		b.SetFailure(nil)
+		time.Sleep(10 * time.Second)
+		if terms := rec.all(); len(terms) != 2 || terms[1].token != 2 {
+			t.Fatalf("after the outage: terms %+v; want a second term with token 2", terms)
+		}
+		r.stop(t)
+	})
+}
+
+// TestTimelinePausedLeader blocks the leader's renewals (the database stops
+// answering): it is told to yield at Y and cancelled at C all the same.
+func TestTimelinePausedLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false)})
+		time.Sleep(time.Second)
+		b.Block()
+		time.Sleep(6 * time.Second)
+		tr := rec.all()[0]
+		if tr.reason != pgleader.ReasonExpiring {
+			t.Errorf("reason = %v, want expiring", tr.reason)
+		}
+		at(t, "ending", tr.ending, t0, 4*time.Second)
+		at(t, "cancelled", tr.cancelled, t0, 5*time.Second)
+		b.Unblock()
+		r.stop(t)
+	})
+}
+
+func TestTimelineLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false)})
+		time.Sleep(3 * time.Second)
+		b.DropData() // the renewal at t0+4s finds the lease gone
+		time.Sleep(1500 * time.Millisecond)
+		tr := rec.all()[0]
+		if tr.reason != pgleader.ReasonLost {
+			t.Errorf("reason = %v, want lost", tr.reason)
+		}
+		at(t, "ending", tr.ending, t0, 4*time.Second)
+		at(t, "cancelled", tr.cancelled, t0, 4*time.Second)
+		if rel := releases(b); len(rel) != 0 {
+			t.Errorf("a lost term released: %+v", rel)
+		}
+		r.stop(t)
+	})
+}
+
+func TestTimelineFinished(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(3*time.Second, false)})
+		time.Sleep(4 * time.Second)
+		terms := rec.all()
+		if len(terms) != 2 {
+			t.Fatalf("%d terms, want 2 (finished, then campaigned again)", len(terms))
+		}
+		if terms[0].reason != pgleader.ReasonFinished || !terms[0].cancelled.IsZero() {
+			t.Errorf("first term = %+v; want finished, never cancelled", terms[0])
+		}
+		at(t, "first term returned", terms[0].returned, t0, 3*time.Second)
+		rel := releases(b)
+		if len(rel) != 1 || !rel[0].OK || rel[0].Token != 1 {
+			t.Fatalf("releases = %+v", rel)
+		}
+		at(t, "released", rel[0].At, t0, 3*time.Second)
+		at(t, "second term started", terms[1].started, t0, 3500*time.Millisecond) // one CampaignEvery later
+		if terms[1].token != 2 {
+			t.Errorf("second token = %d, want 2", terms[1].token)
+		}
+		r.stop(t)
+	})
+}
+
+func TestTimelineRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		var mu sync.Mutex
+		var claims []int64
+		var endedAt []time.Time
+		claim := func(_ context.Context, term *pgleader.Term) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			claims = append(claims, term.Token())
+			go func() {
+				<-term.Ending()
+				mu.Lock()
+				endedAt = append(endedAt, time.Now())
+				mu.Unlock()
+			}()
+			return term.Token() >= 3, nil // the store's fence is 2
+		}
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false), Claim: claim})
+		time.Sleep(2 * time.Second)
+		r.stop(t)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(claims) != 3 || claims[0] != 1 || claims[1] != 2 || claims[2] != 3 {
+			t.Fatalf("claims = %v, want [1 2 3]", claims)
+		}
+		rel := releases(b)
+		if len(rel) != 3 {
+			t.Fatalf("releases = %+v, want 3", rel)
+		}
+		for i, want := range []time.Duration{0, 500 * time.Millisecond, 2*time.Second + time.Second} {
+			at(t, "release", rel[i].At, t0, want)
+		}
+		at(t, "refused term ended", endedAt[0], t0, 0)
+		terms := rec.all()
+		if len(terms) != 1 || terms[0].token != 3 {
+			t.Fatalf("bodies ran for %+v; want only token 3", terms)
+		}
+	})
+}
+
+// TestNoOverlapWithPausedLeader pauses one leader's renewals while another
+// replica campaigns: the second term starts only once the first term's
+// lease has expired on the backend's clock, after the first body was
+// cancelled.
+func TestNoOverlapWithPausedLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		paused := &pauseOwner{Backend: b, owner: "a", gate: make(chan struct{})}
+		var recA, recB recorder
+		a := start(t, paused, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: recA.body(0, false)})
+		time.Sleep(time.Millisecond)
+		bb := start(t, paused, recipeSpec("k"), pgleader.Options{Owner: "b", Lead: recB.body(0, false)})
+		time.Sleep(time.Second)
+		paused.pause()
+		time.Sleep(10 * time.Second)
+
+		acq := acquisitions(b)
+		if len(acq) != 2 || acq[0].Owner != "a" || acq[1].Owner != "b" {
+			t.Fatalf("acquisitions = %+v; want a then b", acq)
+		}
+		if acq[1].At.Before(acq[0].Expires) {
+			t.Fatalf("b's term began at t0%+v, before a's lease expired at t0%+v", acq[1].At.Sub(t0), acq[0].Expires.Sub(t0))
+		}
+		ta := recA.all()[0]
+		at(t, "a ending", ta.ending, t0, 4*time.Second)
+		at(t, "a cancelled", ta.cancelled, t0, 5*time.Second)
+		if !ta.cancelled.Before(acq[1].At) {
+			t.Fatalf("a's body ran until t0%+v, b began at t0%+v", ta.cancelled.Sub(t0), acq[1].At.Sub(t0))
+		}
+		tb := recB.all()
+		if len(tb) != 1 || tb[0].token != 2 {
+			t.Fatalf("b's terms = %+v, want one with token 2", tb)
+		}
+		at(t, "b started", tb[0].started, t0, 6001*time.Millisecond) // b campaigns at t0+1ms+k*500ms
+		paused.resume()
+		a.stop(t)
+		bb.stop(t)
+	})
+}
+
+// pauseOwner cuts one owner off from the backend while paused: its renewals
+// acquires and releases wait until resumed.
+type pauseOwner struct {
+	*pgleadertest.Backend
+	owner string
+	mu    sync.Mutex
+	on    bool
+	gate  chan struct{}
+}
+
+func (p *pauseOwner) pause()  { p.mu.Lock(); p.on = true; p.mu.Unlock() }
+func (p *pauseOwner) resume() { p.mu.Lock(); p.on = false; close(p.gate); p.mu.Unlock() }
+
+func (p *pauseOwner) wait(ctx context.Context, owner string) error {
+	p.mu.Lock()
+	on := p.on
+	p.mu.Unlock()
+	if !on || owner != p.owner {
+		return nil
+	}
+	select {
+	case <-p.gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *pauseOwner) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
+	if err := p.wait(ctx, owner); err != nil {
+		return time.Time{}, err
+	}
+	return p.Backend.Renew(ctx, key, owner, token, ttl)
+}
+
+func (p *pauseOwner) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
+	if err := p.wait(ctx, owner); err != nil {
+		return pgleader.Lease{}, false, err
+	}
+	return p.Backend.Acquire(ctx, key, owner, ttl)
+}
+
+func (p *pauseOwner) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	if err := p.wait(ctx, owner); err != nil {
+		return false, err
+	}
+	return p.Backend.Release(ctx, key, owner, token)
+}
+
+func TestRunTwiceAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := start(t, pgleadertest.NewBackend(), recipeSpec("k"), pgleader.Options{Owner: "a", Lead: idle})
+		time.Sleep(time.Second)
+		if err := r.el.Run(context.Background()); !errors.Is(err, pgleader.ErrRunning) {
+			t.Errorf("second Run = %v, want ErrRunning", err)
+		}
+		r.stop(t)
+	})
+}
+
+func TestBodyPanicEndsTheTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		calls := 0
+		lead := func(ctx context.Context, _ *pgleader.Term) error {
+			calls++
+			if calls == 1 {
+				panic("boom")
+			}
+			<-ctx.Done()
+			return nil
+		}
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: lead})
+		time.Sleep(time.Second)
+		st := r.el.Status()
+		if st.Terms != 2 || st.LastError == nil || !st.Leading {
+			t.Errorf("status = %+v; want a second term after the panic, with the panic as last error", st)
+		}
+		if rel := releases(b); len(rel) != 1 || !rel[0].OK {
+			t.Errorf("releases = %+v; want the panicked term released", rel)
+		}
+		r.stop(t)
+	})
+}
+
+func TestFenceFloorAdvancesBeforeAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		fence := int64(50)
+		var claimed []int64
+		claim := func(_ context.Context, term *pgleader.Term) (bool, error) {
+			claimed = append(claimed, term.Token())
+			if term.Token() <= fence {
+				return false, nil
+			}
+			fence = term.Token()
+			return true, nil
+		}
+		floor := func(context.Context) (int64, error) { return fence, nil }
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: idle, Claim: claim, FenceFloor: floor})
+		time.Sleep(time.Second)
+		r.stop(t)
+		if len(claimed) != 1 || claimed[0] != 51 {
+			t.Fatalf("claims = %v, want [51]", claimed)
+		}
+	})
+}

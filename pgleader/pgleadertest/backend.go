@@ -1,0 +1,292 @@
+// Package pgleadertest provides an in-memory pgleader.Backend for unit tests
+// of leader bodies, with switches that inject the failures a real lock
+// backend has: an outage, a hang, lost lease data, no fence advance.
+//
+// It keeps time with time.Now, so inside a testing/synctest bubble its
+// leases expire on the bubble's fake clock, and tests of timing are exact.
+package pgleadertest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/pgleader/pgleader/pgleader"
+)
+
+// Op names a backend operation in the History.
+type Op string
+
+// The operations recorded in the History.
+const (
+	OpAcquire Op = "acquire"
+	OpRenew   Op = "renew"
+	OpRelease Op = "release"
+	OpAdvance Op = "advance"
+)
+
+// Event is one operation the backend decided, on its clock.
+type Event struct {
+	At    time.Time
+	Op    Op
+	Key   string
+	Owner string
+	Token int64
+	// OK is whether the operation took effect: acquired, renewed,
+	// released, advanced.
+	OK bool
+	// Expires is the lease's expiry after an acquire or renew that took
+	// effect.
+	Expires time.Time
+}
+
+// Backend is an in-memory pgleader.Backend and pgleader.Advancer, with the
+// same semantics as the PostgreSQL one. It is safe for concurrent use.
+type Backend struct {
+	mu      sync.Mutex
+	leases  map[string]*row
+	fail    error
+	blocked chan struct{} // non-nil while blocked; closed by Unblock
+	history []Event
+}
+
+type row struct {
+	holder   string
+	token    int64
+	acquired time.Time
+	renewed  time.Time
+	expires  time.Time
+}
+
+func (r *row) held(now time.Time) bool { return r.holder != "" && now.Before(r.expires) }
+
+// NewBackend returns an empty backend.
+func NewBackend() *Backend {
+	return &Backend{leases: make(map[string]*row)}
+}
+
+var (
+	_ pgleader.Backend  = (*Backend)(nil)
+	_ pgleader.Advancer = (*Backend)(nil)
+)
+
+// DropData forgets every lease and token counter, as a lock backend that
+// restarted without persistence would. The next term of a key draws 1
+// unless its counter is advanced first.
+func (b *Backend) DropData() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.leases = make(map[string]*row)
+}
+
+// SetFailure makes every operation fail with err, without effect, until it
+// is called with nil: an unreachable database.
+func (b *Backend) SetFailure(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fail = err
+}
+
+// Block makes every operation wait, without effect, until Unblock is called
+// or its context ends: a database that stopped answering.
+func (b *Backend) Block() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.blocked == nil {
+		b.blocked = make(chan struct{})
+	}
+}
+
+// Unblock lets blocked and later operations proceed.
+func (b *Backend) Unblock() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.blocked != nil {
+		close(b.blocked)
+		b.blocked = nil
+	}
+}
+
+// WithoutAdvance returns a view of b that does not implement
+// pgleader.Advancer: a lock backend that cannot move its token counter.
+func (b *Backend) WithoutAdvance() pgleader.Backend {
+	return noAdvance{b}
+}
+
+type noAdvance struct{ b *Backend }
+
+func (n noAdvance) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
+	return n.b.Acquire(ctx, key, owner, ttl)
+}
+
+func (n noAdvance) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
+	return n.b.Renew(ctx, key, owner, token, ttl)
+}
+
+func (n noAdvance) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	return n.b.Release(ctx, key, owner, token)
+}
+
+func (n noAdvance) Lease(ctx context.Context, key string) (pgleader.Lease, error) {
+	return n.b.Lease(ctx, key)
+}
+
+// History returns every operation that reached the backend's decision, in
+// order. Failed (SetFailure) and blocked calls are not in it.
+func (b *Backend) History() []Event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Event(nil), b.history...)
+}
+
+// enter waits out a Block, checks the failure switch, and returns with b.mu
+// held and the backend's clock read.
+func (b *Backend) enter(ctx context.Context) (time.Time, error) {
+	for {
+		b.mu.Lock()
+		blocked := b.blocked
+		if blocked == nil {
+			break
+		}
+		b.mu.Unlock()
+		select {
+		case <-blocked:
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		b.mu.Unlock()
+		return time.Time{}, err
+	}
+	if b.fail != nil {
+		err := b.fail
+		b.mu.Unlock()
+		return time.Time{}, err
+	}
+	return time.Now(), nil
+}
+
+func (b *Backend) record(e Event) { b.history = append(b.history, e) }
+
+func (b *Backend) row(key string) *row {
+	r := b.leases[key]
+	if r == nil {
+		r = &row{}
+		b.leases[key] = r
+	}
+	return r
+}
+
+// Acquire implements pgleader.Backend.
+func (b *Backend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
+	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckTTL(ttl)); err != nil {
+		return pgleader.Lease{}, false, err
+	}
+	now, err := b.enter(ctx)
+	if err != nil {
+		return pgleader.Lease{}, false, err
+	}
+	defer b.mu.Unlock()
+	r := b.row(key)
+	if r.held(now) {
+		b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token})
+		return r.lease(key, now), false, nil
+	}
+	*r = row{holder: owner, token: r.token + 1, acquired: now, renewed: now, expires: now.Add(ttl)}
+	b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token, OK: true, Expires: r.expires})
+	return r.lease(key, now), true, nil
+}
+
+// Renew implements pgleader.Backend.
+func (b *Backend) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
+	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckToken(token), pgleader.CheckTTL(ttl)); err != nil {
+		return time.Time{}, err
+	}
+	now, err := b.enter(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer b.mu.Unlock()
+	r := b.leases[key]
+	if r == nil || !r.held(now) || r.holder != owner || r.token != token {
+		b.record(Event{At: now, Op: OpRenew, Key: key, Owner: owner, Token: token})
+		return time.Time{}, pgleader.ErrLost
+	}
+	r.renewed, r.expires = now, now.Add(ttl)
+	b.record(Event{At: now, Op: OpRenew, Key: key, Owner: owner, Token: token, OK: true, Expires: r.expires})
+	return r.expires, nil
+}
+
+// Release implements pgleader.Backend.
+func (b *Backend) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckToken(token)); err != nil {
+		return false, err
+	}
+	now, err := b.enter(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer b.mu.Unlock()
+	r := b.leases[key]
+	ok := r != nil && r.holder == owner && r.token == token
+	if ok {
+		*r = row{token: r.token}
+	}
+	b.record(Event{At: now, Op: OpRelease, Key: key, Owner: owner, Token: token, OK: ok})
+	return ok, nil
+}
+
+// Lease implements pgleader.Backend.
+func (b *Backend) Lease(ctx context.Context, key string) (pgleader.Lease, error) {
+	if err := pgleader.CheckKey(key); err != nil {
+		return pgleader.Lease{}, err
+	}
+	now, err := b.enter(ctx)
+	if err != nil {
+		return pgleader.Lease{}, err
+	}
+	defer b.mu.Unlock()
+	r := b.leases[key]
+	if r == nil {
+		return pgleader.Lease{Key: key, Now: now}, nil
+	}
+	return r.lease(key, now), nil
+}
+
+// Advance implements pgleader.Advancer.
+func (b *Backend) Advance(ctx context.Context, key string, floor int64) (bool, int64, error) {
+	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckFloor(floor)); err != nil {
+		return false, 0, err
+	}
+	now, err := b.enter(ctx)
+	if err != nil {
+		return false, 0, err
+	}
+	defer b.mu.Unlock()
+	r := b.row(key)
+	if r.held(now) {
+		b.record(Event{At: now, Op: OpAdvance, Key: key, Token: r.token})
+		return false, r.token, nil
+	}
+	*r = row{token: max(r.token, floor)}
+	b.record(Event{At: now, Op: OpAdvance, Key: key, Token: r.token, OK: true})
+	return true, r.token, nil
+}
+
+func (r *row) lease(key string, now time.Time) pgleader.Lease {
+	if !r.held(now) {
+		return pgleader.Lease{Key: key, Token: r.token, Now: now}
+	}
+	return pgleader.Lease{Key: key, Holder: r.holder, Token: r.token,
+		AcquiredAt: r.acquired, RenewedAt: r.renewed, ExpiresAt: r.expires, Now: now}
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package pgleader
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultTTL is the lease TTL of a Spec that leaves TTL zero.
+const DefaultTTL = 6 * time.Second
+
+// Spec is the timing of one key's leadership. The zero value of each
+// duration means its default, derived from TTL so that the recipe's spec
+// comes out of TTL alone: with the default TTL of 6s the defaults are
+// RenewEvery 2s, CampaignEvery 500ms, Margin 500ms, YieldGrace 1s and
+// ReleaseTimeout 500ms.
+//
+// A term's timeline is measured from s, the local monotonic instant at which
+// the last successful acquire or renew statement was sent:
+//
+//	safe end  S = s + TTL - Margin
+//	cancel    C = S - ReleaseTimeout
+//	yield     Y = C - YieldGrace
+//
+// RenewEvery + YieldGrace + ReleaseTimeout + Margin < TTL is required, so a
+// healthy term always renews before it would be told to yield.
+type Spec struct {
+	// Key names the work; 1 to MaxKeyLen bytes. Required.
+	Key string
+	// TTL is how long an acquire or renew holds the lease on the database
+	// clock. Default DefaultTTL.
+	TTL time.Duration
+	// RenewEvery is the interval between renewals. Default TTL/3.
+	RenewEvery time.Duration
+	// CampaignEvery is the interval between campaigns while another
+	// replica leads. Default TTL/12.
+	CampaignEvery time.Duration
+	// Margin absorbs clock-rate drift and scheduling delay between the
+	// local clock and the database's. Default TTL/12.
+	Margin time.Duration
+	// YieldGrace is how long the body has, after Live turns false, before
+	// its context is cancelled. Default TTL/6.
+	YieldGrace time.Duration
+	// ReleaseTimeout bounds the body's unwind after cancellation and the
+	// release statement. Default TTL/12.
+	ReleaseTimeout time.Duration
+	// RequireFenceAdvance makes New fail unless the backend can move its
+	// token counter up (implements Advancer), so a lock backend that lost
+	// its data cannot silently restart its tokens below the store's fence.
+	RequireFenceAdvance bool
+}
+
+// withDefaults returns s with every zero duration replaced by its default.
+func (s Spec) withDefaults() Spec {
+	if s.TTL == 0 {
+		s.TTL = DefaultTTL
+	}
+	def := func(d *time.Duration, div time.Duration) {
+		if *d == 0 {
+			*d = s.TTL / div
+		}
+	}
+	def(&s.RenewEvery, 3)
+	def(&s.CampaignEvery, 12)
+	def(&s.Margin, 12)
+	def(&s.YieldGrace, 6)
+	def(&s.ReleaseTimeout, 12)
+	return s
+}
+
+// Validate reports every rule s breaks once its defaults are filled in. The
+// error matches ErrInvalid and names the fields involved.
+func (s Spec) Validate() error {
+	_, err := s.resolve()
+	return err
+}
+
+func (s Spec) resolve() (Spec, error) {
+	s = s.withDefaults()
+	var errs []error
+	if err := CheckKey(s.Key); err != nil {
+		errs = append(errs, fmt.Errorf("Spec.Key: %w", err))
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"TTL", s.TTL}, {"RenewEvery", s.RenewEvery}, {"CampaignEvery", s.CampaignEvery},
+		{"Margin", s.Margin}, {"YieldGrace", s.YieldGrace}, {"ReleaseTimeout", s.ReleaseTimeout},
+	} {
+		if f.d < 0 {
+			errs = append(errs, invalidf("Spec.%s must be positive (zero means the default), got %v", f.name, f.d))
+		}
+	}
+	if s.TTL > 0 && s.TTL < time.Millisecond {
+		errs = append(errs, invalidf("Spec.TTL must be at least 1ms, got %v", s.TTL))
+	}
+	if sum := s.RenewEvery + s.YieldGrace + s.ReleaseTimeout + s.Margin; len(errs) == 0 && sum >= s.TTL {
+		errs = append(errs, invalidf(
+			"Spec: RenewEvery (%v) + YieldGrace (%v) + ReleaseTimeout (%v) + Margin (%v) = %v must be less than TTL (%v)",
+			s.RenewEvery, s.YieldGrace, s.ReleaseTimeout, s.Margin, sum, s.TTL))
+	}
+	return s, errors.Join(errs...)
+}

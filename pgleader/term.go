@@ -1,0 +1,131 @@
+package pgleader
+
+import (
+	"sync"
+	"time"
+)
+
+// EndReason says why a term ended.
+type EndReason int
+
+// The end reasons. A term that has not begun to end has ReasonNone.
+const (
+	// ReasonNone: the term is live.
+	ReasonNone EndReason = iota
+	// ReasonStopped: Run's context was cancelled. The body sees Ending at
+	// once, its context is cancelled YieldGrace later, and the lease is
+	// released when it returns.
+	ReasonStopped
+	// ReasonExpiring: renewals kept failing until the yield instant Y. The
+	// body sees Ending at Y and is cancelled at C; release is best-effort.
+	ReasonExpiring
+	// ReasonLost: a renewal found the lease no longer this term's. The body
+	// sees Ending and is cancelled at once; nothing is released.
+	ReasonLost
+	// ReasonFinished: the body returned. The lease is released and the
+	// replica campaigns again.
+	ReasonFinished
+	// ReasonRefused: the Claim hook refused the token (or failed). The body
+	// never runs; the lease is released at once.
+	ReasonRefused
+)
+
+// String returns the reason's lower-case name, as used in logs.
+func (r EndReason) String() string {
+	switch r {
+	case ReasonNone:
+		return "none"
+	case ReasonStopped:
+		return "stopped"
+	case ReasonExpiring:
+		return "expiring"
+	case ReasonLost:
+		return "lost"
+	case ReasonFinished:
+		return "finished"
+	case ReasonRefused:
+		return "refused"
+	}
+	return "unknown"
+}
+
+// Term is one holder's generation of a key's lease. It is handed to the
+// Claim hook and the Lead body, and is safe for concurrent use.
+type Term struct {
+	key, owner string
+	token      int64
+	started    time.Time
+	ending     chan struct{}
+
+	mu       sync.Mutex
+	reason   EndReason
+	deadline time.Time // safe end S
+	yieldAt  time.Time // Y
+}
+
+func newTerm(key, owner string, token int64, started time.Time) *Term {
+	return &Term{key: key, owner: owner, token: token, started: started, ending: make(chan struct{})}
+}
+
+// Key returns the term's key.
+func (t *Term) Key() string { return t.key }
+
+// Owner returns the replica that holds the term.
+func (t *Term) Owner() string { return t.owner }
+
+// Token returns the term's fencing token, greater than every token issued
+// for the key before. Write it with every fenced write.
+func (t *Term) Token() int64 { return t.token }
+
+// Started returns the local instant the winning acquire was sent.
+func (t *Term) Started() time.Time { return t.started }
+
+// Deadline returns the term's safe end S on the local clock: the lease is
+// certainly held until then. Each renewal moves it later.
+func (t *Term) Deadline() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.deadline
+}
+
+// Live reports whether the term has not begun to end: Ending is open and the
+// local clock is before the yield instant. Check it between units of work;
+// it turns false even if the goroutine that renews was paused with the body.
+func (t *Term) Live() bool {
+	select {
+	case <-t.ending:
+		return false
+	default:
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return time.Now().Before(t.yieldAt)
+}
+
+// Ending returns a channel that is closed when the term begins to end.
+func (t *Term) Ending() <-chan struct{} { return t.ending }
+
+// Reason returns why the term ended, or ReasonNone while it is live.
+func (t *Term) Reason() EndReason {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reason
+}
+
+func (t *Term) setTimeline(safeEnd, yieldAt time.Time) {
+	t.mu.Lock()
+	t.deadline, t.yieldAt = safeEnd, yieldAt
+	t.mu.Unlock()
+}
+
+// end starts the term's end with reason r, once; later calls keep the
+// first reason.
+func (t *Term) end(r EndReason) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reason != ReasonNone {
+		return
+	}
+	t.reason = r
+	close(t.ending)
+}
