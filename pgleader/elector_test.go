@@ -259,6 +259,27 @@ func TestTimelineExpiring(t *testing.T) {
 	})
 }
 
+// TestTimelineFromSendTime: with 300ms round trips, the timeline counts from
+// when a statement was sent, not from when its answer came back.
+func TestTimelineFromSendTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		b.SetLatency(300 * time.Millisecond)
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false)})
+		time.Sleep(3 * time.Second) // acquire sent at t0, renew sent at t0+2s
+		b.SetFailure(errors.New("connection refused"))
+		time.Sleep(5 * time.Second)
+		tr := rec.all()[0]
+		at(t, "started", tr.started, t0, 300*time.Millisecond)
+		at(t, "ending", tr.ending, t0, 6*time.Second)
+		at(t, "cancelled", tr.cancelled, t0, 7*time.Second)
+		b.SetFailure(nil)
+		r.stop(t)
+	})
+}
+
 // TestTimelinePausedLeader blocks the leader's renewals (the database stops
 // answering): it is told to yield at Y and cancelled at C all the same.
 func TestTimelinePausedLeader(t *testing.T) {

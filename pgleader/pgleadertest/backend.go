@@ -46,6 +46,7 @@ type Backend struct {
 	mu      sync.Mutex
 	leases  map[string]*row
 	fail    error
+	latency time.Duration
 	blocked chan struct{} // non-nil while blocked; closed by Unblock
 	history []Event
 }
@@ -85,6 +86,14 @@ func (b *Backend) SetFailure(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.fail = err
+}
+
+// SetLatency makes every operation take d before the backend decides it,
+// as a round trip to a distant database does.
+func (b *Backend) SetLatency(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.latency = d
 }
 
 // Block makes every operation wait, without effect, until Unblock is called
@@ -139,9 +148,21 @@ func (b *Backend) History() []Event {
 	return append([]Event(nil), b.history...)
 }
 
-// enter waits out a Block, checks the failure switch, and returns with b.mu
-// held and the backend's clock read.
+// enter waits out the latency and a Block, checks the failure switch, and
+// returns with b.mu held and the backend's clock read.
 func (b *Backend) enter(ctx context.Context) (time.Time, error) {
+	b.mu.Lock()
+	latency := b.latency
+	b.mu.Unlock()
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return time.Time{}, ctx.Err()
+		}
+	}
 	for {
 		b.mu.Lock()
 		blocked := b.blocked
