@@ -37,7 +37,7 @@ import (
 const HistoryTable = "pgleader_schema_migrations"
 
 // Latest is the newest schema version this module ships and expects.
-const Latest uint = 1
+const Latest uint = 2
 
 //go:embed *.sql
 var files embed.FS
