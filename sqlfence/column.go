@@ -1,0 +1,202 @@
+package sqlfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier runs statements. *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Column is strength 1: a fence column in an application table, one fence
+// per row. Each operation is one conditional statement on the row whose
+// KeyColumn equals the key; a NULL fence counts as lower than every token.
+// The identifiers are always quoted, so they are used exactly as spelled
+// (case included). A Column is a plain value, safe for concurrent use.
+//
+// The recipe's table works as it is:
+//
+//	CREATE TABLE digests (name text PRIMARY KEY, body text, fence bigint);
+//
+//	digests := sqlfence.Column{Table: pgx.Identifier{"digests"}, KeyColumn: "name", FenceColumn: "fence"}
+type Column struct {
+	// Table is the table, as {"table"} or {"schema", "table"}. A []string
+	// literal converts to it.
+	Table pgx.Identifier
+	// KeyColumn names the column that identifies a row, normally its
+	// primary key.
+	KeyColumn string
+	// FenceColumn names the integer column that holds the row's fence.
+	FenceColumn string
+}
+
+// Assignment is one column = value pair of a [Column.Write]. The column is
+// quoted; the value is a bind parameter.
+type Assignment struct {
+	// Column names the column to set.
+	Column string
+	// Value is its new value, encoded by pgx.
+	Value any
+}
+
+// Set returns the Assignment column = value.
+func Set(column string, value any) Assignment {
+	return Assignment{Column: column, Value: value}
+}
+
+// Claim is a term's first write to the row: it sets the fence to token if
+// the stored fence is strictly lower, so of two holders of one token (the
+// lease data was lost) exactly one claims. It runs
+//
+//	UPDATE table SET fence = $token WHERE key = $key AND (fence IS NULL OR fence < $token)
+//
+// It returns a [*StaleError] (matching [ErrFenced]) if the fence was not
+// lower, and an error matching [ErrNotFound] if no row has the key.
+func (c Column) Claim(ctx context.Context, db Querier, key any, token int64) error {
+	if err := c.check(token); err != nil {
+		return err
+	}
+	sql := fmt.Sprintf(`UPDATE %s SET %s = $2 WHERE %s = $1 AND (%[2]s IS NULL OR %[2]s < $2)`,
+		c.Table.Sanitize(), ident(c.FenceColumn), ident(c.KeyColumn))
+	return c.exec(ctx, db, "claim", sql, []any{key, token}, true)
+}
+
+// Write sets the given columns and the fence to token if the stored fence
+// is not higher than token: the recipe's
+//
+//	UPDATE digests SET body = $body, fence = $token WHERE name = $name AND fence <= $token
+//
+// is
+//
+//	digests.Write(ctx, db, name, token, sqlfence.Set("body", body))
+//
+// With no assignments it only raises the fence. It returns a [*StaleError]
+// (matching [ErrFenced]) if a higher token has written the row, and an error
+// matching [ErrNotFound] if no row has the key. An assignment to the fence
+// column, or two to one column, is [ErrInvalid].
+func (c Column) Write(ctx context.Context, db Querier, key any, token int64, set ...Assignment) error {
+	if err := c.check(token); err != nil {
+		return err
+	}
+	var b strings.Builder
+	args := []any{key, token}
+	seen := map[string]bool{c.FenceColumn: true}
+	for _, a := range set {
+		if err := checkName("column", a.Column, maxIdentLen); err != nil {
+			return err
+		}
+		if seen[a.Column] {
+			return invalidf("column %q is assigned twice, or is the fence column", a.Column)
+		}
+		seen[a.Column] = true
+		args = append(args, a.Value)
+		b.WriteString(ident(a.Column) + " = $" + strconv.Itoa(len(args)) + ", ")
+	}
+	sql := fmt.Sprintf(`UPDATE %s SET %s%s = $2 WHERE %s = $1 AND (%[3]s IS NULL OR %[3]s <= $2)`,
+		c.Table.Sanitize(), b.String(), ident(c.FenceColumn), ident(c.KeyColumn))
+	return c.exec(ctx, db, "write", sql, args, false)
+}
+
+// Floor reads the row's fence, the highest token that claimed or wrote it
+// (0 while it is NULL). Read while the lease is free, it is the floor to
+// advance the lease's token counter past after the lease data was lost. It
+// returns an error matching [ErrNotFound] if no row has the key.
+func (c Column) Floor(ctx context.Context, db Querier, key any) (int64, error) {
+	if err := c.checkNames(); err != nil {
+		return 0, err
+	}
+	sql := fmt.Sprintf(`SELECT %s FROM %s WHERE %s = $1`,
+		ident(c.FenceColumn), c.Table.Sanitize(), ident(c.KeyColumn))
+	var fence *int64
+	if err := db.QueryRow(ctx, sql, key).Scan(&fence); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, fmt.Errorf("%w: %s", ErrNotFound, c.resource(key))
+		}
+		return 0, userError("floor "+c.name(), err)
+	}
+	if fence == nil {
+		return 0, nil
+	}
+	return *fence, nil
+}
+
+// exec runs a conditional UPDATE whose args begin with the key and the
+// token; when it matches no row, it reads the fence to tell a stale token
+// from a missing row.
+func (c Column) exec(ctx context.Context, db Querier, op, sql string, args []any, claim bool) error {
+	key, token := args[0], args[1].(int64)
+	tag, err := db.Exec(ctx, sql, args...)
+	if err != nil {
+		return userError(op+" "+c.name(), err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	stored, err := c.Floor(ctx, db, key)
+	if err != nil {
+		return err
+	}
+	return &StaleError{Resource: c.resource(key), Token: token, Stored: stored, Claim: claim}
+}
+
+func (c Column) check(token int64) error {
+	if err := c.checkNames(); err != nil {
+		return err
+	}
+	return checkToken(token)
+}
+
+func (c Column) checkNames() error {
+	if err := checkTable(c.Table); err != nil {
+		return err
+	}
+	if err := checkName("key column", c.KeyColumn, maxIdentLen); err != nil {
+		return err
+	}
+	if err := checkName("fence column", c.FenceColumn, maxIdentLen); err != nil {
+		return err
+	}
+	if c.KeyColumn == c.FenceColumn {
+		return invalidf("key column and fence column are both %q", c.KeyColumn)
+	}
+	return nil
+}
+
+func checkTable(table pgx.Identifier) error {
+	if n := len(table); n < 1 || n > 2 {
+		return invalidf("table must be {table} or {schema, table}, got %d parts", n)
+	}
+	for _, part := range table {
+		if err := checkName("table", part, maxIdentLen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// name is the table as people write it, for messages.
+func (c Column) name() string { return tableName(c.Table) }
+
+func (c Column) resource(key any) string { return fmt.Sprintf("%s/%v", c.name(), key) }
+
+func tableName(table pgx.Identifier) string { return strings.Join(table, ".") }
+
+func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// userError wraps an error from a statement on an application table, where a
+// fence trigger may have refused it.
+func userError(op string, err error) error {
+	if e := fromPgError(err); e != nil {
+		return e
+	}
+	return fmt.Errorf("sqlfence: %s: %w", op, err)
+}

@@ -1,0 +1,196 @@
+package sqlfence
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SQLSTATEs raised by pgleader's SQL functions and fence triggers.
+const (
+	// CodeFenced is raised when a token is stale: by pgleader.fence_claim,
+	// pgleader.fence_write and the fence triggers.
+	CodeFenced = "PF001"
+	// CodeLeaseNotHeld is raised by pgleader.lease_guard.
+	CodeLeaseNotHeld = "PF002"
+)
+
+var (
+	// ErrFenced is matched by every [*StaleError]: a token was refused
+	// because the store has already seen a higher one (or, for a claim, the
+	// same one).
+	ErrFenced = errors.New("sqlfence: fenced")
+
+	// ErrLeaseNotHeld is matched when a lease guard finds that the term no
+	// longer holds its lease: it expired on the database clock, was
+	// released, or a newer term took it.
+	ErrLeaseNotHeld = errors.New("sqlfence: lease not held")
+
+	// ErrNotFound is matched when a [Column] operation finds no row with
+	// the key.
+	ErrNotFound = errors.New("sqlfence: row not found")
+
+	// ErrInvalid is matched by every error about bad input: an empty or
+	// malformed identifier or resource, a token below 1.
+	ErrInvalid = errors.New("sqlfence: invalid")
+
+	// ErrNotMigrated is matched when the database lacks the pgleader schema
+	// at version 2 or later, which holds the guard table and functions.
+	ErrNotMigrated = errors.New("sqlfence: the pgleader schema is missing or outdated; " +
+		"apply it with migrations.Up(ctx, pool) from github.com/pgleader/pgleader/migrations")
+)
+
+// StaleError is a refused token. It matches [ErrFenced] with errors.Is;
+// Unwrap returns the PostgreSQL error behind it, if any.
+type StaleError struct {
+	// Resource names what was fenced: a guard resource, "table/key" for a
+	// [Column], or "schema.table" for a fence trigger.
+	Resource string
+	// Token is the refused token (0 if a trigger saw the fence set to NULL).
+	Token int64
+	// Stored is the fence the store held when it refused Token.
+	Stored int64
+	// Claim reports whether the refused operation was a claim, which needs
+	// Token to be strictly greater than Stored.
+	Claim bool
+	// Err is the underlying error, usually a *pgconn.PgError; may be nil.
+	Err error
+}
+
+// Error implements error.
+func (e *StaleError) Error() string {
+	if e.Claim {
+		return fmt.Sprintf("sqlfence: resource %q fenced: claim of token %d refused, stored fence is %d",
+			e.Resource, e.Token, e.Stored)
+	}
+	return fmt.Sprintf("sqlfence: resource %q fenced: token %d is stale, stored fence is %d",
+		e.Resource, e.Token, e.Stored)
+}
+
+// Is reports whether target is [ErrFenced].
+func (e *StaleError) Is(target error) bool { return target == ErrFenced }
+
+// Unwrap returns Err.
+func (e *StaleError) Unwrap() error { return e.Err }
+
+// FromError returns err with a refusal raised by pgleader's SQL functions or
+// fence triggers turned into this package's errors: SQLSTATE [CodeFenced]
+// becomes a [*StaleError] and [CodeLeaseNotHeld] an error matching
+// [ErrLeaseNotHeld]. Any other error, and nil, is returned unchanged. Use it
+// on errors from your own statements on a table with a fence trigger, or
+// from calling the SQL functions directly.
+func FromError(err error) error {
+	if e := fromPgError(err); e != nil {
+		return e
+	}
+	return err
+}
+
+// fromPgError returns the refusal in err, or nil if err holds none.
+func fromPgError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil
+	}
+	switch pgErr.Code {
+	case CodeFenced:
+		resource := pgErr.TableName
+		if pgErr.SchemaName != "" {
+			resource = pgErr.SchemaName + "." + resource
+		}
+		if resource == "" {
+			resource = resourceFromMessage(pgErr.Message)
+		}
+		return staleError(pgErr, resource)
+	case CodeLeaseNotHeld:
+		return &leaseError{pgErr}
+	}
+	return nil
+}
+
+// leaseError is a refusal of pgleader.lease_guard.
+type leaseError struct{ pgErr *pgconn.PgError }
+
+func (e *leaseError) Error() string {
+	return "sqlfence: " + strings.TrimPrefix(e.pgErr.Message, "pgleader: ") + ": " + e.pgErr.Detail
+}
+
+func (e *leaseError) Is(target error) bool { return target == ErrLeaseNotHeld }
+
+func (e *leaseError) Unwrap() error { return e.pgErr }
+
+// staleError reads the token and the stored fence from the DETAIL of a
+// PF001 error, '<claim|stale> token <n|NULL>, stored fence <n>'.
+func staleError(pgErr *pgconn.PgError, resource string) *StaleError {
+	e := &StaleError{Resource: resource, Err: pgErr}
+	kind, rest, _ := strings.Cut(pgErr.Detail, " token ")
+	token, stored, _ := strings.Cut(rest, ", stored fence ")
+	e.Claim = kind == "claim"
+	e.Token, _ = strconv.ParseInt(token, 10, 64) // "NULL" reads as 0
+	e.Stored, _ = strconv.ParseInt(stored, 10, 64)
+	return e
+}
+
+// resourceFromMessage reads the JSON string after "pgleader: resource " in
+// a message of pgleader._fence_take.
+func resourceFromMessage(msg string) string {
+	rest, ok := strings.CutPrefix(msg, "pgleader: resource ")
+	if !ok {
+		return ""
+	}
+	var resource string
+	if err := json.NewDecoder(strings.NewReader(rest)).Decode(&resource); err != nil {
+		return ""
+	}
+	return resource
+}
+
+// sqlError maps an error from a statement on pgleader's own tables and
+// functions.
+func sqlError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
+			return fmt.Errorf("%w (%s: %s)", ErrNotMigrated, op, pgErr.Message)
+		case "22023": // invalid_parameter_value, raised by the SQL functions' own checks
+			return fmt.Errorf("%w: %s: %s", ErrInvalid, op, pgErr.Message)
+		}
+	}
+	return fmt.Errorf("sqlfence: %s: %w", op, err)
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// MaxResourceLen is the longest resource name, and lease key, in bytes.
+const MaxResourceLen = 200
+
+// maxIdentLen is PostgreSQL's NAMEDATALEN - 1; a longer identifier would be
+// truncated by the server and could name another object.
+const maxIdentLen = 63
+
+func checkName(what, s string, limit int) error {
+	switch {
+	case s == "":
+		return invalidf("%s must not be empty", what)
+	case len(s) > limit:
+		return invalidf("%s is %d bytes; the limit is %d", what, len(s), limit)
+	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
+		return invalidf("%s must be valid UTF-8 without NUL bytes", what)
+	}
+	return nil
+}
+
+func checkToken(token int64) error {
+	if token < 1 {
+		return invalidf("token must be positive, got %d", token)
+	}
+	return nil
+}
