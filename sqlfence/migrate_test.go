@@ -1,0 +1,103 @@
+package sqlfence_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/migrations"
+	"github.com/pgleader/pgleader/sqlfence"
+)
+
+// schemaDump describes every object outside the system catalogs: relations,
+// columns, constraints, indexes, functions (by definition), triggers and
+// comments. Two equal dumps mean the same schema.
+func schemaDump(t *testing.T, db sqlfence.Querier) string {
+	t.Helper()
+	var s *string
+	err := db.QueryRow(context.Background(), `
+		WITH ns AS (
+		    SELECT oid, nspname FROM pg_namespace
+		     WHERE nspname NOT IN ('pg_catalog', 'information_schema') AND nspname NOT LIKE 'pg\_toast%'
+		       AND nspname NOT LIKE 'pg\_temp%')
+		SELECT string_agg(line, E'\n' ORDER BY line) FROM (
+		    SELECT 'schema ' || nspname || ' ' || coalesce(obj_description(oid, 'pg_namespace'), '') FROM ns
+		    UNION ALL
+		    SELECT 'relation ' || c.oid::regclass::text || ' ' || c.relkind::text || ' ' || coalesce(obj_description(c.oid, 'pg_class'), '')
+		      FROM pg_class c JOIN ns ON ns.oid = c.relnamespace
+		    UNION ALL
+		    SELECT 'column ' || c.oid::regclass::text || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+		           || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+		           || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
+		      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN ns ON ns.oid = c.relnamespace
+		      LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		     WHERE a.attnum > 0 AND NOT a.attisdropped
+		    UNION ALL
+		    SELECT 'constraint ' || co.conrelid::regclass::text || ' ' || co.conname || ' ' || pg_get_constraintdef(co.oid)
+		      FROM pg_constraint co JOIN ns ON ns.oid = co.connamespace
+		    UNION ALL
+		    SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+		      FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN ns ON ns.oid = c.relnamespace
+		    UNION ALL
+		    SELECT 'function ' || p.oid::regprocedure::text || ' ' || md5(pg_get_functiondef(p.oid))
+		      FROM pg_proc p JOIN ns ON ns.oid = p.pronamespace
+		    UNION ALL
+		    SELECT 'trigger ' || pg_get_triggerdef(tg.oid) FROM pg_trigger tg WHERE NOT tg.tgisinternal
+		) AS lines(line)`).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// TestMigrationRoundTrip: migration 2's down drops exactly what its up
+// created, so up, down and up again leave identical catalogs, at version 1
+// and at version 2. Going down also drops the fence triggers on
+// application tables, and leaves the tables.
+func TestMigrationRoundTrip(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ctx := context.Background()
+	mustExec(t, db.Pool, `CREATE TABLE digests (name text PRIMARY KEY, body text, fence bigint)`)
+	step := func(name string, migrate func() error) string {
+		t.Helper()
+		if err := migrate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return schemaDump(t, db.Pool)
+	}
+	to := func(v uint) func() error { return func() error { return migrations.To(ctx, db.Pool, v) } }
+	up := func() error { return migrations.Up(ctx, db.Pool) }
+	down := func() error { return migrations.Down(ctx, db.Pool) }
+
+	v1 := step("to 1", to(1))
+	v2 := step("up", up)
+	if v2 == v1 || !strings.Contains(v2, "relation pgleader.fence r") || !strings.Contains(v2, "pgleader.lease_guard(text,bigint)") {
+		t.Fatalf("version 2 does not add the fence objects:\n%s", v2)
+	}
+	if _, err := sqlfence.InstallTrigger(ctx, db.Pool, pgx.Identifier{"digests"}, "fence"); err != nil {
+		t.Fatal(err)
+	}
+	if got := step("down to 1", to(1)); got != v1 {
+		t.Fatalf("after 2 down the catalog differs from version 1:\nwant:\n%s\ngot:\n%s", v1, got)
+	}
+	if got := step("up again", up); got != v2 {
+		t.Fatalf("after up, down, up the catalog differs:\nwant:\n%s\ngot:\n%s", v2, got)
+	}
+	v0 := step("down", down)
+	if strings.Contains(v0, "pgleader.") {
+		t.Fatalf("objects left after down:\n%s", v0)
+	}
+	if got := step("up from nothing", up); got != v2 {
+		t.Fatalf("after down and up the catalog differs:\nwant:\n%s\ngot:\n%s", v2, got)
+	}
+	if v, dirty, err := migrations.Version(ctx, db.Pool); err != nil || dirty || v != 2 {
+		t.Fatalf("version = %d (dirty %v), %v; want 2", v, dirty, err)
+	}
+}
