@@ -50,15 +50,29 @@ BEGIN
 END
 $$;
 
+-- _notify tells candidates listening on the channel 'pgleader' what happened
+-- to a key's lease. The payload is "<event> <ttl in microseconds> <key>",
+-- the key last so it may hold spaces; it is delivered when the transaction
+-- commits. A candidate that hears "acquire" or "renew" can sleep for the TTL
+-- instead of polling, and one that hears "release" can campaign at once.
+CREATE FUNCTION pgleader._notify(p_event text, p_key text, p_ttl interval)
+RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_notify('pgleader',
+        p_event || ' ' || coalesce(floor(extract(epoch FROM p_ttl) * 1000000)::bigint, 0) || ' ' || p_key)
+$$;
+
 -- acquire takes the lease for p_owner if it is free or expired, drawing the
--- next token. If another term holds it, nothing changes and the holder, its
--- token and its expiry are returned with acquired = false, so the caller can
--- wait until then. A failed acquire never consumes a token.
+-- next token: one more than the larger of the key's counter and p_floor, so
+-- it also does advance's work in the same statement. If another term holds
+-- the lease, nothing changes and the holder, its token and its expiry are
+-- returned with acquired = false, so the caller can wait until then. A
+-- failed acquire never consumes a token.
 --
 -- The row is locked FOR UPDATE before the expiry is read: that lock conflicts
 -- with the FOR KEY SHARE lock a lease-guarded write transaction holds, so a
 -- new term cannot begin while a guarded write of the old term is open.
-CREATE FUNCTION pgleader.acquire(p_key text, p_owner text, p_ttl interval)
+CREATE FUNCTION pgleader.acquire(p_key text, p_owner text, p_ttl interval, p_floor bigint DEFAULT 0)
 RETURNS TABLE (acquired boolean, holder text, token bigint, expires_at timestamptz, db_now timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -66,6 +80,9 @@ DECLARE
     t timestamptz;
 BEGIN
     PERFORM pgleader._check_args(p_key, p_owner, p_ttl, true, true);
+    IF p_floor IS NULL OR p_floor < 0 THEN
+        RAISE EXCEPTION 'pgleader: floor must be zero or positive, got %', p_floor USING ERRCODE = '22023';
+    END IF;
 
     INSERT INTO pgleader.lease AS l (key) VALUES (p_key) ON CONFLICT (key) DO NOTHING;
     SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key FOR UPDATE;
@@ -77,11 +94,12 @@ BEGIN
     END IF;
 
     UPDATE pgleader.lease AS l
-       SET holder = p_owner, token = l.token + 1,
+       SET holder = p_owner, token = greatest(l.token, p_floor) + 1,
            acquired_at = t, renewed_at = t, expires_at = t + p_ttl
      WHERE l.key = p_key
     RETURNING l.token, l.expires_at INTO r.token, r.expires_at;
 
+    PERFORM pgleader._notify('acquire', p_key, p_ttl);
     RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t;
 END
 $$;
@@ -89,6 +107,7 @@ $$;
 -- renew extends the lease of the term (p_key, p_owner, p_token) to
 -- clock_timestamp() + p_ttl, if that term still holds it unexpired. It
 -- returns the new expiry, or NULL if the term no longer holds the lease.
+-- A successful renewal notifies candidates of the new TTL.
 -- It updates only non-key columns, so it takes FOR NO KEY UPDATE and passes
 -- the holder's own open lease-guarded transactions.
 CREATE FUNCTION pgleader.renew(p_key text, p_owner text, p_token bigint, p_ttl interval)
@@ -104,13 +123,15 @@ BEGIN
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
        AND l.expires_at > clock_timestamp()
     RETURNING l.expires_at INTO e;
+    IF e IS NOT NULL THEN
+        PERFORM pgleader._notify('renew', p_key, p_ttl);
+    END IF;
     RETURN e;
 END
 $$;
 
 -- release frees the lease if the term (p_key, p_owner, p_token) still holds
--- it, and notifies the channel 'pgleader' with the key so waiting candidates
--- can campaign at once. It returns whether the row still named that term.
+-- it, and notifies waiting candidates so they can campaign at once. It returns whether the row still named that term.
 CREATE FUNCTION pgleader.release(p_key text, p_owner text, p_token bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -123,7 +144,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify('pgleader', p_key);
+    PERFORM pgleader._notify('release', p_key, NULL);
     RETURN true;
 END
 $$;

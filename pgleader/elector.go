@@ -60,6 +60,7 @@ type Status struct {
 type Elector struct {
 	backend  Backend
 	advancer Advancer // nil if the backend cannot advance
+	watcher  Watcher  // nil if the backend cannot push events
 	spec     Spec
 	opts     Options
 	log      *slog.Logger
@@ -93,6 +94,7 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 		return nil, fmt.Errorf("Options.Owner: %w", err)
 	}
 	advancer, _ := backend.(Advancer)
+	watcher, _ := backend.(Watcher)
 	if spec.RequireFenceAdvance && advancer == nil {
 		return nil, fmt.Errorf("%w: Spec.RequireFenceAdvance is set and %T does not implement Advancer", ErrAdvanceUnsupported, backend)
 	}
@@ -107,6 +109,7 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	return &Elector{
 		backend:  backend,
 		advancer: advancer,
+		watcher:  watcher,
 		spec:     spec,
 		opts:     opts,
 		log:      log,
@@ -145,74 +148,151 @@ var ErrRunning = errors.New("pgleader: Run called while the elector is already r
 // is told at once, cancelled YieldGrace later, and the lease is released
 // within ReleaseTimeout after the body returns. Run then returns nil, with
 // no goroutine of its own left running.
+//
+// While another replica leads, Run waits for the lease's expiry as read from
+// the database. With a backend that is a [Watcher] and is listening, it also
+// wakes at once when the lease is released, and moves its wake-up when the
+// holder renews, so an idle candidate issues almost no statements. Without
+// one, or while the watcher is not listening, it polls every CampaignEvery
+// (less up to 10% jitter).
 func (e *Elector) Run(ctx context.Context) error {
 	if !e.running.TryLock() {
 		return ErrRunning
 	}
 	defer e.running.Unlock()
 
+	var events <-chan Event
+	if e.watcher != nil {
+		var stop func()
+		events, stop = e.watcher.Watch(e.spec.Key)
+		defer stop()
+	}
+
 	failures := 0
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		wait := e.spec.CampaignEvery
-		won, err := e.campaign(ctx)
+	for ctx.Err() == nil {
+		drain(events) // what happened before this campaign, it will see
+		lease, won, err := e.campaign(ctx)
 		switch {
-		case err != nil && ctx.Err() != nil:
+		case ctx.Err() != nil:
 			return nil
 		case err != nil:
 			failures++
-			wait = e.backoff(failures)
+			wait := e.backoff(failures)
 			e.log.Warn("campaign failed", "err", err, "retry_in", wait)
+			if !sleep(ctx, wait) {
+				return nil
+			}
 		case won:
 			failures = 0
+			// Let other candidates, woken by the release, take a turn.
+			if !sleep(ctx, e.spec.CampaignEvery) {
+				return nil
+			}
 		default:
 			failures = 0
+			if !e.waitForExpiry(ctx, lease, events) {
+				return nil
+			}
 		}
-		if !sleep(ctx, wait) {
-			return nil
+	}
+	return nil
+}
+
+// waitForExpiry waits while lease is held by another term: until its expiry,
+// a release, or a resync. While the watcher is not listening it looks at
+// least every CampaignEvery, less up to 10% jitter. It reports whether ctx
+// is still live.
+func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event) bool {
+	expiry := time.Now().Add(lease.Remaining())
+	next := func() time.Duration {
+		d := time.Until(expiry)
+		if e.watcher == nil || !e.watcher.Listening() {
+			d = min(d, e.spec.CampaignEvery-jitter(e.spec.CampaignEvery/10))
+		}
+		return d
+	}
+	timer := time.NewTimer(next())
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case ev := <-events:
+			switch ev.Kind {
+			case EventReleased, EventResync:
+				return true
+			case EventAcquired, EventRenewed:
+				expiry = time.Now().Add(ev.TTL)
+			}
+			timer.Reset(next())
+		}
+	}
+}
+
+func drain(events <-chan Event) {
+	for {
+		select {
+		case <-events:
+		default:
+			return
 		}
 	}
 }
 
 // backoff doubles the campaign interval for each consecutive failure up to
-// TTL, with up to 20% jitter so replicas do not retry in step.
+// TTL, less up to 20% jitter so replicas do not retry in step.
 func (e *Elector) backoff(failures int) time.Duration {
 	d := e.spec.CampaignEvery
 	for i := 1; i < failures && d < e.spec.TTL; i++ {
 		d *= 2
 	}
 	d = min(d, e.spec.TTL)
-	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+	return d - jitter(d/5)
 }
 
-// campaign advances the counter to the floor, tries to acquire, and runs the
-// term if it won. It reports whether it won.
-func (e *Elector) campaign(ctx context.Context) (bool, error) {
+// jitter returns a random duration in [0, d].
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// campaign reads the fence floor, tries to acquire above it, and runs the
+// term if it won. It returns the lease as the backend saw it.
+func (e *Elector) campaign(ctx context.Context) (Lease, bool, error) {
+	var floor int64
 	if e.opts.FenceFloor != nil && e.advancer != nil {
-		floor, err := e.opts.FenceFloor(ctx)
-		if err != nil {
-			return false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
+		var err error
+		if floor, err = e.opts.FenceFloor(ctx); err != nil {
+			return Lease{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
 		}
-		advanced, counter, err := e.advancer.Advance(ctx, e.spec.Key, floor)
-		if err != nil {
-			return false, e.fail(err)
-		}
-		if advanced && counter == floor && floor > 0 {
-			e.log.Debug("token counter at the fence floor", "floor", floor)
+		if err := CheckFloor(floor); err != nil {
+			return Lease{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
 		}
 	}
 	sent := time.Now()
-	lease, won, err := e.backend.Acquire(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL)
+	lease, won, err := e.acquire(ctx, floor)
 	if err != nil {
-		return false, e.fail(err)
+		return Lease{}, false, e.fail(err)
 	}
-	if !won {
-		return false, nil
+	if won {
+		e.lead(ctx, lease.Token, sent)
 	}
-	e.lead(ctx, lease.Token, sent)
-	return true, nil
+	return lease, won, nil
+}
+
+// acquire advances the counter to floor while the lease is free and
+// acquires: in one operation if the backend can, else in two.
+func (e *Elector) acquire(ctx context.Context, floor int64) (Lease, bool, error) {
+	if floor > 0 {
+		if fa, ok := e.backend.(FloorAcquirer); ok {
+			return fa.AcquireWithFloor(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL, floor)
+		}
+		if _, _, err := e.advancer.Advance(ctx, e.spec.Key, floor); err != nil {
+			return Lease{}, false, err
+		}
+	}
+	return e.backend.Acquire(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL)
 }
 
 func (e *Elector) fail(err error) error {

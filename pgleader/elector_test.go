@@ -430,7 +430,7 @@ func TestNoOverlapWithPausedLeader(t *testing.T) {
 		if len(tb) != 1 || tb[0].token != 2 {
 			t.Fatalf("b's terms = %+v, want one with token 2", tb)
 		}
-		at(t, "b started", tb[0].started, t0, 6001*time.Millisecond) // b campaigns at t0+1ms+k*500ms
+		at(t, "b started", tb[0].started, t0, 6*time.Second) // b campaigns at a's expiry
 		paused.resume()
 		a.stop(t)
 		bb.stop(t)
@@ -542,5 +542,94 @@ func TestFenceFloorAdvancesBeforeAcquire(t *testing.T) {
 		if len(claimed) != 1 || claimed[0] != 51 {
 			t.Fatalf("claims = %v, want [51]", claimed)
 		}
+	})
+}
+
+// attempts counts the acquire attempts by owner.
+func attempts(b *pgleadertest.Backend, owner string) int {
+	n := 0
+	for _, e := range b.History() {
+		if e.Op == pgleadertest.OpAcquire && e.Owner == owner {
+			n++
+		}
+	}
+	return n
+}
+
+// TestCandidateWakesOnRelease: a waiting candidate campaigns the instant the
+// leader releases, and issues nothing while the leader renews.
+func TestCandidateWakesOnRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		var recB recorder
+		a := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: idle})
+		time.Sleep(time.Millisecond)
+		bb := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "b", Lead: recB.body(0, false)})
+		time.Sleep(60 * time.Second)
+		if n := attempts(b, "b"); n != 1 {
+			t.Errorf("the idle candidate tried %d times in 60s of healthy leadership, want 1", n)
+		}
+		a.stop(t)
+		stoppedAt := time.Now()
+		synctest.Wait()
+		tb := recB.all()
+		if len(tb) != 1 || tb[0].token != 2 {
+			t.Fatalf("b's terms = %+v, want one with token 2", tb)
+		}
+		if gap := tb[0].started.Sub(stoppedAt); gap != 0 {
+			t.Errorf("b led %v after a's release, want at once", gap)
+		}
+		bb.stop(t)
+	})
+}
+
+// TestCandidatePollsWhenNotListening: without notifications a candidate
+// polls every CampaignEvery (less jitter), and still takes over.
+func TestCandidatePollsWhenNotListening(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		a := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: idle})
+		time.Sleep(time.Millisecond)
+		b.SetListening(false)
+		var recB recorder
+		bb := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "b", Lead: recB.body(0, false)})
+		time.Sleep(10 * time.Second)
+		if n := attempts(b, "b"); n < 20 || n > 23 {
+			t.Errorf("the polling candidate tried %d times in 10s, want 20 to 23 (every 450-500ms)", n)
+		}
+		a.stop(t)
+		stoppedAt := time.Now()
+		time.Sleep(time.Second)
+		tb := recB.all()
+		if len(tb) != 1 {
+			t.Fatalf("b's terms = %+v, want one", tb)
+		}
+		if gap := tb[0].started.Sub(stoppedAt); gap <= 0 || gap > 500*time.Millisecond {
+			t.Errorf("b led %v after a's release, want within one CampaignEvery", gap)
+		}
+		// Listening again: a resync makes the candidate look at once.
+		bb.stop(t)
+		b.SetListening(true)
+	})
+}
+
+// TestResyncWakesCandidate: when the watcher comes back it may have missed
+// a release, so a waiting candidate looks again at once.
+func TestResyncWakesCandidate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		a := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: idle})
+		time.Sleep(time.Millisecond)
+		bb := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "b", Lead: idle})
+		time.Sleep(time.Second)
+		before := attempts(b, "b")
+		b.SetListening(false)
+		b.SetListening(true)
+		synctest.Wait()
+		if n := attempts(b, "b"); n != before+1 {
+			t.Errorf("attempts after resync = %d, want %d", n, before+1)
+		}
+		a.stop(t)
+		bb.stop(t)
 	})
 }

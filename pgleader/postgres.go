@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DB is what [Postgres] needs from a connection: *pgxpool.Pool, *pgx.Conn
@@ -17,36 +19,90 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Postgres is the [Backend] (and [Advancer]) on PostgreSQL. Each operation is
-// one call of an SQL function in the schema "pgleader" (see package
-// migrations), decided by PostgreSQL on its own clock. It is safe for
-// concurrent use if its DB is (a pool is; a single *pgx.Conn is not).
+// Postgres is the [Backend] on PostgreSQL, and also an [Advancer],
+// [FloorAcquirer] and [Watcher]. Each operation is one call of an SQL function
+// in the schema "pgleader" (see package migrations), decided by PostgreSQL on
+// its own clock. It is safe for concurrent use if its DB is (a pool is; a
+// single *pgx.Conn is not). Share one Postgres among the Electors of a
+// process: they then share its one LISTEN connection.
 type Postgres struct {
-	db DB
+	db     DB
+	listen *listener // nil when poll-only
 }
+
+// PostgresOption configures NewPostgres.
+type PostgresOption func(*postgresConfig)
+
+type postgresConfig struct {
+	pollOnly bool
+	connect  *pgx.ConnConfig
+	logger   *slog.Logger
+}
+
+// PollOnly turns LISTEN/NOTIFY off: candidates poll every CampaignEvery.
+// Use it behind a pooler that cannot LISTEN (pgbouncer in transaction
+// mode), although NewPostgres also detects that case by itself.
+func PollOnly() PostgresOption { return func(c *postgresConfig) { c.pollOnly = true } }
+
+// ListenWith sets the connection configuration of the LISTEN connection.
+// By default it is the pool's, when db is a *pgxpool.Pool; for any other DB,
+// without ListenWith, the backend is poll-only.
+func ListenWith(cfg *pgx.ConnConfig) PostgresOption {
+	return func(c *postgresConfig) { c.connect = cfg }
+}
+
+// WithLogger sets where the LISTEN connection logs. Default slog.Default().
+func WithLogger(l *slog.Logger) PostgresOption { return func(c *postgresConfig) { c.logger = l } }
 
 // NewPostgres returns the PostgreSQL backend over db, normally a
 // *pgxpool.Pool. The schema must have been migrated; operations on a
 // database without it fail with an error matching [ErrNotMigrated].
-func NewPostgres(db DB) *Postgres {
-	return &Postgres{db: db}
+//
+// Unless PollOnly is given, the backend opens one dedicated connection for
+// LISTEN while any Elector watches it, and closes it when the last stops.
+func NewPostgres(db DB, opts ...PostgresOption) *Postgres {
+	var cfg postgresConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if pool, ok := db.(*pgxpool.Pool); ok && cfg.connect == nil {
+		cfg.connect = pool.Config().ConnConfig
+	}
+	p := &Postgres{db: db}
+	if !cfg.pollOnly && cfg.connect != nil {
+		if cfg.logger == nil {
+			cfg.logger = slog.Default()
+		}
+		p.listen = newListener(db, cfg.connect, cfg.logger)
+	}
+	return p
 }
 
 var (
-	_ Backend  = (*Postgres)(nil)
-	_ Advancer = (*Postgres)(nil)
+	_ Backend       = (*Postgres)(nil)
+	_ Advancer      = (*Postgres)(nil)
+	_ FloorAcquirer = (*Postgres)(nil)
+	_ Watcher       = (*Postgres)(nil)
 )
 
 // Acquire implements [Backend].
 func (p *Postgres) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Lease, bool, error) {
+	return p.AcquireWithFloor(ctx, key, owner, ttl, 0)
+}
+
+// AcquireWithFloor implements [FloorAcquirer].
+func (p *Postgres) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (Lease, bool, error) {
 	if err := checkAcquire(key, owner, ttl); err != nil {
+		return Lease{}, false, err
+	}
+	if err := CheckFloor(floor); err != nil {
 		return Lease{}, false, err
 	}
 	l := Lease{Key: key}
 	var acquired bool
 	err := p.db.QueryRow(ctx,
-		`SELECT acquired, holder, token, expires_at, db_now FROM pgleader.acquire($1, $2, $3)`,
-		key, owner, interval(ttl),
+		`SELECT acquired, holder, token, expires_at, db_now FROM pgleader.acquire($1, $2, $3, $4)`,
+		key, owner, interval(ttl), floor,
 	).Scan(&acquired, &l.Holder, &l.Token, &l.ExpiresAt, &l.Now)
 	if err != nil {
 		return Lease{}, false, sqlError("acquire", err)
@@ -78,7 +134,7 @@ func (p *Postgres) Renew(ctx context.Context, key, owner string, token int64, tt
 }
 
 // Release implements [Backend]. A successful release notifies the PostgreSQL
-// channel "pgleader" with the key as payload.
+// channel "pgleader", waking candidates that watch the key.
 func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
 	if err := checkTerm(key, owner, token); err != nil {
 		return false, err

@@ -1,6 +1,8 @@
 // Package pgleadertest provides an in-memory pgleader.Backend for unit tests
 // of leader bodies, with switches that inject the failures a real lock
-// backend has: an outage, a hang, lost lease data, no fence advance.
+// backend has: an outage, a hang, latency, lost lease data, no fence
+// advance, lost notifications. Like the PostgreSQL backend it pushes lease
+// events to watching candidates.
 //
 // It keeps time with time.Now, so inside a testing/synctest bubble its
 // leases expire on the bubble's fake clock, and tests of timing are exact.
@@ -49,6 +51,9 @@ type Backend struct {
 	latency time.Duration
 	blocked chan struct{} // non-nil while blocked; closed by Unblock
 	history []Event
+
+	deaf     bool // Listening reports false and no events are sent
+	watchers map[string]map[chan pgleader.Event]struct{}
 }
 
 type row struct {
@@ -63,13 +68,71 @@ func (r *row) held(now time.Time) bool { return r.holder != "" && now.Before(r.e
 
 // NewBackend returns an empty backend.
 func NewBackend() *Backend {
-	return &Backend{leases: make(map[string]*row)}
+	return &Backend{leases: make(map[string]*row), watchers: make(map[string]map[chan pgleader.Event]struct{})}
 }
 
 var (
-	_ pgleader.Backend  = (*Backend)(nil)
-	_ pgleader.Advancer = (*Backend)(nil)
+	_ pgleader.Backend       = (*Backend)(nil)
+	_ pgleader.Advancer      = (*Backend)(nil)
+	_ pgleader.FloorAcquirer = (*Backend)(nil)
+	_ pgleader.Watcher       = (*Backend)(nil)
 )
+
+// SetListening switches event delivery, as a LISTEN connection that drops
+// (false) and comes back (true) would. Dropping sends EventDeaf and coming
+// back sends EventResync to every watcher. It starts on.
+func (b *Backend) SetListening(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.deaf == !on {
+		return
+	}
+	kind := pgleader.EventResync
+	if !on {
+		kind = pgleader.EventDeaf
+	}
+	b.deaf = false // deliver this event either way
+	for key := range b.watchers {
+		b.notify(pgleader.Event{Kind: kind, Key: key})
+	}
+	b.deaf = !on
+}
+
+// Watch implements pgleader.Watcher.
+func (b *Backend) Watch(key string) (<-chan pgleader.Event, func()) {
+	ch := make(chan pgleader.Event, 16)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.watchers[key] == nil {
+		b.watchers[key] = make(map[chan pgleader.Event]struct{})
+	}
+	b.watchers[key][ch] = struct{}{}
+	return ch, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.watchers[key], ch)
+	}
+}
+
+// Listening implements pgleader.Watcher.
+func (b *Backend) Listening() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.deaf
+}
+
+// notify sends ev to key's watchers without blocking; b.mu is held.
+func (b *Backend) notify(ev pgleader.Event) {
+	if b.deaf {
+		return
+	}
+	for ch := range b.watchers[ev.Key] {
+		select {
+		case ch <- ev:
+		default: // a watcher that is not reading loses the event
+		}
+	}
+}
 
 // DropData forgets every lease and token counter, as a lock backend that
 // restarted without persistence would. The next term of a key draws 1
@@ -201,7 +264,12 @@ func (b *Backend) row(key string) *row {
 
 // Acquire implements pgleader.Backend.
 func (b *Backend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckTTL(ttl)); err != nil {
+	return b.AcquireWithFloor(ctx, key, owner, ttl, 0)
+}
+
+// AcquireWithFloor implements pgleader.FloorAcquirer.
+func (b *Backend) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckTTL(ttl), pgleader.CheckFloor(floor)); err != nil {
 		return pgleader.Lease{}, false, err
 	}
 	now, err := b.enter(ctx)
@@ -214,8 +282,9 @@ func (b *Backend) Acquire(ctx context.Context, key, owner string, ttl time.Durat
 		b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token})
 		return r.lease(key, now), false, nil
 	}
-	*r = row{holder: owner, token: r.token + 1, acquired: now, renewed: now, expires: now.Add(ttl)}
+	*r = row{holder: owner, token: max(r.token, floor) + 1, acquired: now, renewed: now, expires: now.Add(ttl)}
 	b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token, OK: true, Expires: r.expires})
+	b.notify(pgleader.Event{Kind: pgleader.EventAcquired, Key: key, TTL: ttl})
 	return r.lease(key, now), true, nil
 }
 
@@ -236,6 +305,7 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, token int64, ttl
 	}
 	r.renewed, r.expires = now, now.Add(ttl)
 	b.record(Event{At: now, Op: OpRenew, Key: key, Owner: owner, Token: token, OK: true, Expires: r.expires})
+	b.notify(pgleader.Event{Kind: pgleader.EventRenewed, Key: key, TTL: ttl})
 	return r.expires, nil
 }
 
@@ -253,6 +323,7 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token int64) (
 	ok := r != nil && r.holder == owner && r.token == token
 	if ok {
 		*r = row{token: r.token}
+		b.notify(pgleader.Event{Kind: pgleader.EventReleased, Key: key})
 	}
 	b.record(Event{At: now, Op: OpRelease, Key: key, Owner: owner, Token: token, OK: ok})
 	return ok, nil

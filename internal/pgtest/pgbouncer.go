@@ -1,0 +1,136 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Pgbouncer starts a pgbouncer in transaction pooling mode on a free
+// loopback port in front of d's server, stopped when the test ends, and
+// returns a URL for d through it. Clients must not use named prepared
+// statements through it (pgx: QueryExecModeExec or SimpleProtocol).
+//
+// The test fails if pgbouncer is not installed (Debian: apt-get install
+// pgbouncer); .ci/run installs it.
+func (d *DB) Pgbouncer(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"} {
+			if _, statErr := os.Stat(p); statErr == nil {
+				bin, err = p, nil
+				break
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("pgtest: pgbouncer is not installed (apt-get install pgbouncer): %v", err)
+	}
+	target, err := url.Parse(d.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	// Not t.TempDir: its parent is private to root, and pgbouncer runs as
+	// postgres when the tests run as root.
+	dir, err := os.MkdirTemp("", "pgleader-pgbouncer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	username := target.User.Username()
+	conf := fmt.Sprintf(`[databases]
+* = host=%s port=%s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = trust
+auth_file = %s
+pool_mode = transaction
+max_client_conn = 200
+default_pool_size = 20
+ignore_startup_parameters = extra_float_digits,application_name
+logfile = %s
+pidfile = %s
+`, target.Hostname(), target.Port(), port, filepath.Join(dir, "users.txt"),
+		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
+	if os.Geteuid() == 0 {
+		// pgbouncer refuses to run as root; it switches to this user.
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("pgtest: running as root and there is no user postgres for pgbouncer: %v", err)
+		}
+		conf += "user = postgres\n"
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(dir, "users.txt"), []byte(fmt.Sprintf("%q \"\"\n", username)), 0o644))
+	must(os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(conf), 0o644))
+
+	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("pgtest: start pgbouncer: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM) // fast exit; SIGINT would wait for clients
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	via := *target
+	via.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		if err := ping(ctx, via.String()); err == nil {
+			return via.String()
+		}
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			t.Fatalf("pgtest: pgbouncer exited: %v\n%s\n%s", err, out.String(), log)
+		case <-ctx.Done():
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			t.Fatalf("pgtest: pgbouncer does not answer on port %d\n%s\n%s", port, out.String(), log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

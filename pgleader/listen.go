@@ -1,0 +1,278 @@
+package pgleader
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+)
+
+// channel is the PostgreSQL notification channel of every lease event.
+const channel = "pgleader"
+
+// probeTimeout bounds the wait for the LISTEN connection's own test
+// notification. Behind pgbouncer in transaction mode it never arrives.
+const probeTimeout = 2 * time.Second
+
+// listener holds one LISTEN connection while anything watches, and fans the
+// notifications out to the watchers of each key.
+type listener struct {
+	db      DB // sends the probe notification
+	connect *pgx.ConnConfig
+	log     *slog.Logger
+
+	life   sync.Mutex // serializes starting and stopping the goroutine
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu          sync.Mutex
+	watchers    map[string]map[*watch]struct{}
+	count       int
+	listening   bool
+	unsupported bool // the probe never arrived: LISTEN does not work here
+}
+
+type watch struct {
+	key string
+	ch  chan Event
+}
+
+func newListener(db DB, connect *pgx.ConnConfig, log *slog.Logger) *listener {
+	return &listener{db: db, connect: connect, log: log, watchers: make(map[string]map[*watch]struct{})}
+}
+
+// Watch implements [Watcher].
+func (p *Postgres) Watch(key string) (<-chan Event, func()) {
+	if p.listen == nil {
+		return nil, func() {}
+	}
+	return p.listen.watch(key)
+}
+
+// Listening implements [Watcher]: whether the LISTEN connection is up and
+// delivering.
+func (p *Postgres) Listening() bool {
+	if p.listen == nil {
+		return false
+	}
+	p.listen.mu.Lock()
+	defer p.listen.mu.Unlock()
+	return p.listen.listening
+}
+
+func (l *listener) watch(key string) (<-chan Event, func()) {
+	l.life.Lock()
+	defer l.life.Unlock()
+	w := &watch{key: key, ch: make(chan Event, 16)}
+	l.mu.Lock()
+	if l.watchers[key] == nil {
+		l.watchers[key] = make(map[*watch]struct{})
+	}
+	l.watchers[key][w] = struct{}{}
+	l.count++
+	first := l.count == 1 && !l.unsupported
+	l.mu.Unlock()
+	if first {
+		ctx, cancel := context.WithCancel(context.Background())
+		l.cancel, l.done = cancel, make(chan struct{})
+		go l.run(ctx, l.done)
+	}
+	return w.ch, sync.OnceFunc(func() { l.unwatch(w) })
+}
+
+func (l *listener) unwatch(w *watch) {
+	l.life.Lock()
+	defer l.life.Unlock()
+	l.mu.Lock()
+	delete(l.watchers[w.key], w)
+	if len(l.watchers[w.key]) == 0 {
+		delete(l.watchers, w.key)
+	}
+	l.count--
+	last := l.count == 0
+	l.mu.Unlock()
+	if last && l.cancel != nil {
+		l.cancel()
+		<-l.done
+		l.cancel = nil
+	}
+}
+
+// run keeps a LISTEN connection up until ctx ends, reconnecting with
+// backoff. While it is down, Listening is false and candidates poll.
+func (l *listener) run(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	defer l.setListening(false)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := l.session(ctx)
+		if l.setListening(false) {
+			l.broadcast(Event{Kind: EventDeaf})
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errNoNotifications) {
+			l.mu.Lock()
+			l.unsupported = true
+			l.mu.Unlock()
+			l.log.Warn("pgleader: LISTEN does not deliver notifications on this connection (pgbouncer in transaction mode?); candidates poll every CampaignEvery")
+			return
+		}
+		l.log.Warn("pgleader: LISTEN connection lost; candidates poll until it is back", "err", err, "retry_in", backoff)
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+var errNoNotifications = errors.New("pgleader: the LISTEN probe notification never arrived")
+
+// session runs one LISTEN connection until it fails or ctx ends.
+func (l *listener) session(ctx context.Context) error {
+	cfg := l.connect.Copy()
+	// Interrupt a wait by a deadline on the socket rather than a cancel
+	// request, so the connection stays usable and stopping is immediate.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	conn, err := pgx.ConnectConfig(dialCtx, cfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return err
+	}
+	if err := l.probe(ctx, conn); err != nil {
+		return err
+	}
+	l.setListening(true)
+	l.broadcast(Event{Kind: EventResync})
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if ev, ok := parseEvent(n.Payload); ok {
+			l.deliver(ev)
+		}
+	}
+}
+
+// probe sends a notification from another session and waits for it, which
+// fails where LISTEN is accepted but nothing is delivered.
+func (l *listener) probe(ctx context.Context, conn *pgx.Conn) error {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	want := "probe 0 " + hex.EncodeToString(b)
+	var ignored string
+	if err := l.db.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, channel, want).Scan(&ignored); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(pctx)
+		if err != nil {
+			var netErr net.Error
+			if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())) {
+				return errNoNotifications
+			}
+			return err
+		}
+		if n.Payload == want {
+			return nil
+		}
+		if ev, ok := parseEvent(n.Payload); ok {
+			l.deliver(ev)
+		}
+	}
+}
+
+// setListening sets whether events are delivered and reports whether that
+// changed.
+func (l *listener) setListening(v bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	changed := l.listening != v
+	l.listening = v
+	return changed
+}
+
+func (l *listener) deliver(ev Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.watchers[ev.Key] {
+		send(w.ch, ev)
+	}
+}
+
+func (l *listener) broadcast(ev Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key, ws := range l.watchers {
+		for w := range ws {
+			e := ev
+			e.Key = key
+			send(w.ch, e)
+		}
+	}
+}
+
+// send delivers ev without blocking, dropping the oldest event if the
+// reader is behind.
+func send(ch chan Event, ev Event) {
+	for {
+		select {
+		case ch <- ev:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}
+
+// parseEvent reads a payload "<event> <ttl µs> <key>".
+func parseEvent(payload string) (Event, bool) {
+	kind, rest, ok := strings.Cut(payload, " ")
+	if !ok {
+		return Event{}, false
+	}
+	us, key, ok := strings.Cut(rest, " ")
+	if !ok || key == "" {
+		return Event{}, false
+	}
+	n, err := strconv.ParseInt(us, 10, 64)
+	if err != nil || n < 0 {
+		return Event{}, false
+	}
+	ev := Event{Key: key, TTL: time.Duration(n) * time.Microsecond}
+	switch kind {
+	case "acquire":
+		ev.Kind = EventAcquired
+	case "renew":
+		ev.Kind = EventRenewed
+	case "release":
+		ev.Kind = EventReleased
+	default:
+		return Event{}, false
+	}
+	return ev, true
+}

@@ -1,0 +1,160 @@
+package pgleader_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/internal/tcpproxy"
+	"github.com/pgleader/pgleader/pgleader"
+)
+
+// untilEnding is a body that returns as soon as its term starts ending.
+func untilEnding(ctx context.Context, t *pgleader.Term) error {
+	select {
+	case <-t.Ending():
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// slowPollSpec polls so rarely that a candidate that leads within a test
+// can only have been woken by a notification.
+func slowPollSpec(key string) pgleader.Spec {
+	return pgleader.Spec{Key: key, TTL: 10 * time.Minute, CampaignEvery: 5 * time.Minute}
+}
+
+func startOn(t *testing.T, b pgleader.Backend, spec pgleader.Spec, owner string) *pgRun {
+	t.Helper()
+	el, err := pgleader.New(b, spec, pgleader.Options{Owner: owner, Lead: untilEnding, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &pgRun{el: el, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- el.Run(ctx) }()
+	t.Cleanup(func() { r.cancel(); <-r.done; r.done <- nil })
+	return r
+}
+
+func (r *pgRun) stopNow(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	r.done <- nil
+}
+
+// TestNotifyWakesCandidate: a candidate that would not poll for minutes
+// leads as soon as the leader releases, because the release notified it.
+func TestNotifyWakesCandidate(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	spec := slowPollSpec("k")
+	a := startOn(t, pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet)), spec, "a")
+	waitFor(t, "a to lead", func() bool { return a.el.Status().Leading })
+	bBackend := pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet))
+	b := startOn(t, bBackend, spec, "b")
+	waitFor(t, "b to listen", bBackend.Listening)
+	waitFor(t, "b to have campaigned once", func() bool { return b.el.Status().LastError == nil && !b.el.Status().Leading })
+
+	a.stopNow(t)
+	waitFor(t, "b to lead after the release notification", func() bool { return b.el.Status().Leading })
+	if tok := b.el.Status().Token; tok != 2 {
+		t.Fatalf("b leads with token %d, want 2", tok)
+	}
+}
+
+// TestListenFallbackAndReconnect cuts the LISTEN connection: the candidate
+// falls back to polling, still takes over, and the listener reconnects.
+func TestListenFallbackAndReconnect(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	proxy, err := tcpproxy.Start("127.0.0.1:5432")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	listenCfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if listenCfg.Port != 5432 || listenCfg.Host != "127.0.0.1" {
+		t.Skipf("the proxy forwards to 127.0.0.1:5432, the tests' server is %s:%d", listenCfg.Host, listenCfg.Port)
+	}
+	listenCfg.Port = proxy.Port()
+
+	spec := pgleader.Spec{Key: "k", TTL: 10 * time.Minute, CampaignEvery: 200 * time.Millisecond}
+	a := startOn(t, pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet)), spec, "a")
+	waitFor(t, "a to lead", func() bool { return a.el.Status().Leading })
+	bBackend := pgleader.NewPostgres(db.NewPool(t), pgleader.ListenWith(listenCfg), pgleader.WithLogger(quiet))
+	b := startOn(t, bBackend, spec, "b")
+	waitFor(t, "b to listen", bBackend.Listening)
+
+	proxy.Cut()
+	waitFor(t, "b to notice the lost LISTEN connection", func() bool { return !bBackend.Listening() })
+	a.stopNow(t) // its release notification cannot reach b
+	waitFor(t, "b to lead by polling", func() bool { return b.el.Status().Leading })
+	if bBackend.Listening() {
+		t.Fatal("b's listener is back while the proxy refuses connections")
+	}
+
+	accepted := proxy.Accepted()
+	proxy.Restore()
+	waitFor(t, "b's listener to reconnect", bBackend.Listening)
+	if proxy.Accepted() <= accepted {
+		t.Fatal("listening again without a new connection through the proxy")
+	}
+}
+
+// TestPgbouncerTransactionMode runs two electors through pgbouncer in
+// transaction pooling mode, where LISTEN cannot deliver: the backend detects
+// it, polls, and still elects one leader at a time with increasing tokens.
+func TestPgbouncerTransactionMode(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	via := db.Pgbouncer(t)
+	pool := func() *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(via)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // no named prepared statements
+		p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	spec := pgleader.Spec{Key: "k", TTL: 3 * time.Second, CampaignEvery: 100 * time.Millisecond}
+	backendA := pgleader.NewPostgres(pool(), pgleader.WithLogger(quiet))
+	backendB := pgleader.NewPostgres(pool(), pgleader.WithLogger(quiet))
+	a := startOn(t, backendA, spec, "a")
+	waitFor(t, "a to lead", func() bool { return a.el.Status().Leading })
+	b := startOn(t, backendB, spec, "b")
+
+	// The probe notification never arrives through pgbouncer: both stay
+	// poll-only. Give the probe its full time before looking.
+	time.Sleep(3 * time.Second)
+	if backendA.Listening() || backendB.Listening() {
+		t.Fatal("a backend believes it is listening through pgbouncer in transaction mode")
+	}
+	if b.el.Status().Leading {
+		t.Fatal("b leads while a does")
+	}
+	a.stopNow(t)
+	waitFor(t, "b to lead by polling", func() bool { return b.el.Status().Leading })
+	if tok := b.el.Status().Token; tok != 2 {
+		t.Fatalf("b leads with token %d, want 2", tok)
+	}
+	l, err := pgleader.NewPostgres(db.Pool).Lease(context.Background(), "k")
+	if err != nil || l.Holder != "b" || l.Token != 2 {
+		t.Fatalf("lease = %+v, %v; want b with token 2", l, err)
+	}
+}

@@ -1,0 +1,73 @@
+package pgleader
+
+import (
+	"context"
+	"time"
+)
+
+// EventKind says what happened to a lease.
+type EventKind int
+
+// The kinds of lease events.
+const (
+	// EventAcquired: a term took the lease for TTL.
+	EventAcquired EventKind = iota + 1
+	// EventRenewed: the holding term extended the lease by TTL.
+	EventRenewed
+	// EventReleased: the holding term freed the lease.
+	EventReleased
+	// EventResync: the watcher (re)connected, and events may have been
+	// missed before it; candidates should look again.
+	EventResync
+	// EventDeaf: the watcher stopped delivering events (its connection
+	// was lost); candidates poll until EventResync.
+	EventDeaf
+)
+
+// String returns the kind's name.
+func (k EventKind) String() string {
+	switch k {
+	case EventAcquired:
+		return "acquire"
+	case EventRenewed:
+		return "renew"
+	case EventReleased:
+		return "release"
+	case EventResync:
+		return "resync"
+	case EventDeaf:
+		return "deaf"
+	}
+	return "unknown"
+}
+
+// Event is one change to a key's lease, pushed to candidates by a Watcher.
+type Event struct {
+	Kind EventKind
+	Key  string
+	// TTL is how long the lease now runs, from about when the event was
+	// received, for EventAcquired and EventRenewed.
+	TTL time.Duration
+}
+
+// Watcher is implemented by backends that push lease events, so candidates
+// campaign when a lease is released or expires instead of polling. The
+// PostgreSQL backend does it with LISTEN/NOTIFY on one connection per
+// backend, shared by every Elector that uses it.
+type Watcher interface {
+	// Watch delivers key's events on the returned channel until stop is
+	// called. Delivery never blocks the watcher: a reader that falls more
+	// than a few events behind loses the oldest ones. stop waits until
+	// nothing more is sent, and may be called more than once.
+	Watch(key string) (events <-chan Event, stop func())
+	// Listening reports whether events are being delivered now. While it
+	// is false, candidates poll every CampaignEvery.
+	Listening() bool
+}
+
+// FloorAcquirer is implemented by backends that can raise the token counter
+// to a floor and acquire in one atomic operation. It does what Advance and
+// then Acquire do, in one round trip.
+type FloorAcquirer interface {
+	AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (lease Lease, acquired bool, err error)
+}
