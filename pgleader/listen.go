@@ -147,6 +147,26 @@ func (l *listener) session(ctx context.Context) error {
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
+	probes := make(chan string, 1)
+	theirs := cfg.OnNotification
+	cfg.OnNotification = func(c *pgconn.PgConn, n *pgconn.Notification) {
+		if theirs != nil {
+			theirs(c, n)
+		}
+		if n.Channel != channel {
+			return
+		}
+		if strings.HasPrefix(n.Payload, "probe ") {
+			select {
+			case probes <- n.Payload:
+			default:
+			}
+			return
+		}
+		if ev, ok := parseEvent(n.Payload); ok {
+			l.deliver(ev)
+		}
+	}
 	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	conn, err := pgx.ConnectConfig(dialCtx, cfg)
 	cancel()
@@ -157,28 +177,25 @@ func (l *listener) session(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
 		return err
 	}
-	if err := l.probe(ctx, conn); err != nil {
+	if err := l.probe(ctx, conn, probes); err != nil {
 		return err
 	}
 	l.setListening(true)
 	l.broadcast(Event{Kind: EventResync})
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		// Notifications are handled by OnNotification as they are read.
+		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return err
-		}
-		if ev, ok := parseEvent(n.Payload); ok {
-			l.deliver(ev)
 		}
 	}
 }
 
 // probe sends a notification from another session and waits for it, which
 // fails where LISTEN is accepted but nothing is delivered.
-func (l *listener) probe(ctx context.Context, conn *pgx.Conn) error {
+func (l *listener) probe(ctx context.Context, conn *pgx.Conn, probes <-chan string) error {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	want := "probe 0 " + hex.EncodeToString(b)
+	want := "probe " + hex.EncodeToString(b)
 	var ignored string
 	if err := l.db.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, channel, want).Scan(&ignored); err != nil {
 		return err
@@ -186,19 +203,20 @@ func (l *listener) probe(ctx context.Context, conn *pgx.Conn) error {
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	for {
-		n, err := conn.WaitForNotification(pctx)
-		if err != nil {
+		select {
+		case got := <-probes:
+			if got == want {
+				return nil
+			}
+			continue
+		default:
+		}
+		if _, err := conn.WaitForNotification(pctx); err != nil {
 			var netErr net.Error
 			if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())) {
 				return errNoNotifications
 			}
 			return err
-		}
-		if n.Payload == want {
-			return nil
-		}
-		if ev, ok := parseEvent(n.Payload); ok {
-			l.deliver(ev)
 		}
 	}
 }

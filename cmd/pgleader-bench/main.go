@@ -1,0 +1,186 @@
+// Command pgleader-bench measures pgleader against a local PostgreSQL and
+// prints a table: graceful handover with and without NOTIFY, crash failover,
+// the statements idle candidates and leaders issue, and the cost of fenced
+// writes. It creates a scratch database, drops it at the end, and touches
+// nothing else.
+//
+//	go run ./cmd/pgleader-bench [-handovers 50] [-failovers 10] [-load 30s]
+//
+// The server is DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgleader/pgleader/migrations"
+	"github.com/pgleader/pgleader/pgleader"
+)
+
+var (
+	handovers = flag.Int("handovers", 50, "graceful handovers per mode")
+	failovers = flag.Int("failovers", 10, "crash failovers (each takes about one TTL)")
+	loadFor   = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
+	fenceFor  = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
+	rounds    = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
+	only      = flag.String("only", "", "comma-separated subset: handover,failover,load,fence")
+)
+
+// quiet discards the electors' logs; the bench prints its own table.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// recipe is the recipe's spec: TTL 6s, renew 2s, campaign 500ms, margin
+// 500ms, grace 1s, release 500ms.
+func recipe(key string) pgleader.Spec {
+	return pgleader.Spec{Key: key, TTL: 6 * time.Second, RenewEvery: 2 * time.Second,
+		CampaignEvery: 500 * time.Millisecond, Margin: 500 * time.Millisecond,
+		YieldGrace: time.Second, ReleaseTimeout: 500 * time.Millisecond, RequireFenceAdvance: true}
+}
+
+func main() {
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "pgleader-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	server := os.Getenv("DATABASE_URL")
+	if server == "" {
+		server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	dbURL, drop, err := scratchDatabase(ctx, server)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	if err := migrations.UpURL(ctx, dbURL); err != nil {
+		return err
+	}
+	b := &bench{url: dbURL}
+	if err := b.init(ctx); err != nil {
+		return err
+	}
+	defer b.admin.Close()
+
+	var version string
+	_ = b.admin.QueryRow(ctx, `SHOW server_version`).Scan(&version)
+	host, _ := os.Hostname()
+	fmt.Printf("pgleader-bench  %s  go %s  %s/%s  %d CPUs  PostgreSQL %s  host %s\n",
+		time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), version, host)
+	fmt.Println("spec: TTL 6s, RenewEvery 2s, CampaignEvery 500ms, Margin 500ms, YieldGrace 1s, ReleaseTimeout 500ms")
+
+	want := func(name string) bool { return *only == "" || strings.Contains(","+*only+",", ","+name+",") }
+	rtt, err := b.roundTrip(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("single-row UPDATE round trip: median %s over 500\n\n", ms(rtt))
+
+	if want("handover") {
+		if err := b.handoverTable(ctx, rtt); err != nil {
+			return fmt.Errorf("handover: %w", err)
+		}
+	}
+	if want("failover") {
+		if err := b.failoverTable(ctx); err != nil {
+			return fmt.Errorf("failover: %w", err)
+		}
+	}
+	if want("load") {
+		if err := b.loadTable(ctx); err != nil {
+			return fmt.Errorf("load: %w", err)
+		}
+	}
+	if want("fence") {
+		if err := b.fenceTable(ctx); err != nil {
+			return fmt.Errorf("fence: %w", err)
+		}
+	}
+	return nil
+}
+
+// scratchDatabase creates a uniquely named database on server and returns
+// its URL and a function that drops it.
+func scratchDatabase(ctx context.Context, server string) (string, func(), error) {
+	admin, err := pgx.Connect(ctx, server)
+	if err != nil {
+		return "", nil, fmt.Errorf("connect %s: %w (set DATABASE_URL)", server, err)
+	}
+	suffix := make([]byte, 6)
+	_, _ = rand.Read(suffix)
+	name := "pgleader_bench_" + hex.EncodeToString(suffix)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		admin.Close(ctx)
+		return "", nil, err
+	}
+	u, err := url.Parse(server)
+	if err != nil {
+		admin.Close(ctx)
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	drop := func() {
+		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = admin.Exec(c, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		admin.Close(c)
+	}
+	return u.String(), drop, nil
+}
+
+type bench struct {
+	url   string
+	admin *pgxpool.Pool
+}
+
+func (b *bench) init(ctx context.Context) error {
+	var err error
+	b.admin, err = pgxpool.New(ctx, b.url)
+	if err != nil {
+		return err
+	}
+	_, err = b.admin.Exec(ctx, `
+		CREATE TABLE digests (name text PRIMARY KEY, body text, fence bigint NOT NULL DEFAULT 0);
+		CREATE TABLE rtt (id int PRIMARY KEY, n bigint NOT NULL);
+		INSERT INTO rtt VALUES (1, 0);`)
+	return err
+}
+
+// roundTrip is the median time of a single-row UPDATE, the unit of the
+// physical floor.
+func (b *bench) roundTrip(ctx context.Context) (time.Duration, error) {
+	c, err := b.admin.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Release()
+	var samples []time.Duration
+	for i := 0; i < 550; i++ {
+		start := time.Now()
+		if _, err := c.Exec(ctx, `UPDATE rtt SET n = n + 1 WHERE id = 1`); err != nil {
+			return 0, err
+		}
+		if i >= 50 {
+			samples = append(samples, time.Since(start))
+		}
+	}
+	return percentile(samples, 50), nil
+}

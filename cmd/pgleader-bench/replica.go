@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgleader/pgleader/pgleader"
+	"github.com/pgleader/pgleader/sqlfence"
+)
+
+var digests = sqlfence.Column{Table: pgx.Identifier{"digests"}, KeyColumn: "name", FenceColumn: "fence"}
+
+var errCrashed = errors.New("bench: this replica has crashed")
+
+// counter counts the statements sent on a pool's connections and the
+// notifications they receive.
+type counter struct {
+	statements    atomic.Int64
+	notifications atomic.Int64
+}
+
+func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.statements.Add(1)
+	return ctx
+}
+
+func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// replica is one elector on its own pool, instrumented.
+type replica struct {
+	owner   string
+	key     string
+	pool    *pgxpool.Pool
+	pg      *pgleader.Postgres
+	count   *counter
+	crashed atomic.Bool
+
+	attempts   atomic.Int64
+	sentAt     chan time.Time // when a winning acquire was sent
+	acquiredAt chan time.Time // when a winning acquire returned
+	releasedAt chan time.Time // when a release that took effect returned
+	firstWrite chan time.Time // when a term's first fenced write committed
+
+	el     *pgleader.Elector
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newReplica(ctx context.Context, url, key, owner string, notify bool) (*replica, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	r := &replica{owner: owner, key: key, count: &counter{},
+		sentAt: make(chan time.Time, 1), acquiredAt: make(chan time.Time, 1),
+		releasedAt: make(chan time.Time, 1), firstWrite: make(chan time.Time, 1)}
+	cfg.MinConns = 2
+	cfg.ConnConfig.Tracer = r.count
+	cfg.ConnConfig.RuntimeParams["application_name"] = "bench-" + owner
+	cfg.ConnConfig.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) { r.count.notifications.Add(1) }
+	if r.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return nil, err
+	}
+	opts := []pgleader.PostgresOption{pgleader.WithLogger(quiet)}
+	if !notify {
+		opts = append(opts, pgleader.PollOnly())
+	}
+	r.pg = pgleader.NewPostgres(r.pool, opts...)
+	if err := r.pool.Ping(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// start runs the elector until stop or crash.
+func (r *replica) start() error {
+	el, err := pgleader.New((*timed)(r), recipe(r.key), pgleader.Options{
+		Owner: r.owner, Logger: quiet, Lead: r.lead, Claim: r.claim, FenceFloor: r.floor,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.el, r.cancel, r.done = el, cancel, make(chan error, 1)
+	go func() { r.done <- el.Run(ctx) }()
+	return nil
+}
+
+// stop cancels Run and waits for it.
+func (r *replica) stop() error {
+	r.cancel()
+	return <-r.done
+}
+
+func (r *replica) close() {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.pool.Close()
+}
+
+// waiting waits until the replica has campaigned at least n times.
+func (r *replica) waitAttempts(ctx context.Context, n int64) error {
+	for r.attempts.Load() < n {
+		if !sleepCtx(ctx, time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (r *replica) claim(ctx context.Context, t *pgleader.Term) (bool, error) {
+	err := digests.Claim(ctx, r.pool, r.key, t.Token())
+	if errors.Is(err, sqlfence.ErrFenced) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (r *replica) floor(ctx context.Context) (int64, error) {
+	return digests.Floor(ctx, r.pool, r.key)
+}
+
+// lead writes once as soon as the term starts, then holds it until it
+// ends.
+func (r *replica) lead(ctx context.Context, t *pgleader.Term) error {
+	if err := digests.Write(ctx, r.pool, r.key, t.Token(), sqlfence.Set("body", r.owner)); err != nil {
+		return err
+	}
+	offer(r.firstWrite, time.Now())
+	select {
+	case <-t.Ending():
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func offer(ch chan time.Time, t time.Time) {
+	select {
+	case ch <- t:
+	default:
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// timed is the replica's backend: PostgreSQL, with its acquisitions timed
+// and a switch that makes it behave like a crashed process.
+type timed replica
+
+func (t *timed) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
+	return t.AcquireWithFloor(ctx, key, owner, ttl, 0)
+}
+
+func (t *timed) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	if t.crashed.Load() {
+		return pgleader.Lease{}, false, errCrashed
+	}
+	sent := time.Now()
+	l, ok, err := t.pg.AcquireWithFloor(ctx, key, owner, ttl, floor)
+	t.attempts.Add(1)
+	if ok {
+		offer(t.acquiredAt, time.Now())
+		offer(t.sentAt, sent)
+	}
+	return l, ok, err
+}
+
+func (t *timed) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
+	if t.crashed.Load() {
+		return time.Time{}, errCrashed
+	}
+	return t.pg.Renew(ctx, key, owner, token, ttl)
+}
+
+func (t *timed) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	if t.crashed.Load() {
+		return false, errCrashed
+	}
+	ok, err := t.pg.Release(ctx, key, owner, token)
+	if ok {
+		offer(t.releasedAt, time.Now())
+	}
+	return ok, err
+}
+
+func (t *timed) Lease(ctx context.Context, key string) (pgleader.Lease, error) {
+	return t.pg.Lease(ctx, key)
+}
+
+func (t *timed) Advance(ctx context.Context, key string, floor int64) (bool, int64, error) {
+	if t.crashed.Load() {
+		return false, 0, errCrashed
+	}
+	return t.pg.Advance(ctx, key, floor)
+}
+
+func (t *timed) Watch(key string) (<-chan pgleader.Event, func()) { return t.pg.Watch(key) }
+func (t *timed) Listening() bool                                  { return t.pg.Listening() }
