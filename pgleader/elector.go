@@ -33,6 +33,9 @@ type Options struct {
 	// Logger receives the elector's logs, each with key and owner, and
 	// token where a term is concerned. Default slog.Default().
 	Logger *slog.Logger
+	// Observer, if set, receives the elector's observations for metrics:
+	// terms started and ended, renewals and their latency, refused claims.
+	Observer Observer
 }
 
 // Status is a snapshot of an Elector for health endpoints and logs.
@@ -45,6 +48,9 @@ type Status struct {
 	// Deadline is the live term's safe end on the local clock; zero when
 	// not leading.
 	Deadline time.Time
+	// LastRenewSent is when the live term's last successful acquire or
+	// renew was sent, on the local clock; zero when not leading.
+	LastRenewSent time.Time
 	// Terms counts the terms this elector has won.
 	Terms int
 	// LastEnd is why the last term ended.
@@ -133,7 +139,7 @@ func (e *Elector) Status() Status {
 	if e.term != nil {
 		s.Leading = e.term.Live()
 		if s.Leading {
-			s.Deadline = e.term.Deadline()
+			s.Deadline, s.LastRenewSent = e.term.Deadline(), e.term.renewedSent()
 		}
 	}
 	return s
@@ -313,6 +319,7 @@ func (e *Elector) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time
 
 type renewResult struct {
 	sent time.Time
+	took time.Duration
 	err  error
 }
 
@@ -329,6 +336,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 	e.status.Terms++
 	e.mu.Unlock()
 	log.Info("leading")
+	e.observe(Observation{Kind: ObserveTermStarted, Token: token})
 
 	bodyCtx, cancelBody := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBody()
@@ -354,7 +362,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 		case <-stop:
 			stop = nil
 			if t.Reason() == ReasonNone {
-				t.end(ReasonStopped)
+				e.endTerm(t, ReasonStopped)
 				log.Info("stopping; the body has YieldGrace to return", "yield_grace", e.spec.YieldGrace)
 				if grace := time.Until(cancelAt); grace > e.spec.YieldGrace {
 					cancelTimer.Reset(e.spec.YieldGrace)
@@ -370,6 +378,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 
 		case r := <-renewing:
 			renewing = nil
+			e.observe(Observation{Kind: ObserveRenewed, Token: token, Took: r.took, Err: r.err})
 			switch {
 			case r.err == nil:
 				if t.Reason() != ReasonNone {
@@ -377,12 +386,12 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 				}
 				safeEnd, cancelAt, yieldAt = e.timeline(r.sent)
 				t.setTimeline(safeEnd, yieldAt)
+				t.setRenewed(r.sent)
 				yieldTimer.Reset(time.Until(yieldAt))
 				cancelTimer.Reset(time.Until(cancelAt))
 				renewTimer.Reset(time.Until(r.sent.Add(e.spec.RenewEvery)))
 			case errors.Is(r.err, ErrLost):
-				if t.Reason() == ReasonNone {
-					t.end(ReasonLost)
+				if e.endTerm(t, ReasonLost) {
 					log.Warn("lease lost; cancelling the body")
 				}
 				cancelBody()
@@ -394,8 +403,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 			}
 
 		case <-yieldTimer.C:
-			if t.Reason() == ReasonNone {
-				t.end(ReasonExpiring)
+			if e.endTerm(t, ReasonExpiring) {
 				log.Warn("renewals failed until the yield instant; the term is ending")
 			}
 
@@ -406,13 +414,12 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 			bodyDone = nil
 			cancelBody()
 			cancelRenew() // nothing to keep: the lease is released or lost next
-			if t.Reason() == ReasonNone {
-				reason := ReasonFinished
-				if errors.Is(bodyErr, errRefused) {
-					reason = ReasonRefused
-				}
-				t.end(reason)
+			reason := ReasonFinished
+			if errors.Is(bodyErr, errRefused) {
+				reason = ReasonRefused
+				e.observe(Observation{Kind: ObserveClaimRefused, Token: token, Err: errors.Unwrap(bodyErr)})
 			}
+			e.endTerm(t, reason)
 			release = t.Reason() != ReasonLost
 		}
 	}
@@ -427,7 +434,18 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 	e.mu.Lock()
 	e.status.LastEnd = reason
 	e.mu.Unlock()
+	e.observe(Observation{Kind: ObserveTermEnded, Token: token, Reason: reason})
 	log.Info("term ended", "reason", reason.String(), "err", bodyErr)
+}
+
+// endTerm starts t's end with reason unless it has begun to end already,
+// and reports whether it did.
+func (e *Elector) endTerm(t *Term, reason EndReason) bool {
+	if !t.end(reason) {
+		return false
+	}
+	e.observe(Observation{Kind: ObserveTermEnding, Token: t.token, Reason: reason})
+	return true
 }
 
 // errRefused marks a body goroutine that stopped because Claim refused.
@@ -461,7 +479,7 @@ func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out
 	defer cancel()
 	sent := time.Now()
 	_, err := e.backend.Renew(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
-	out <- renewResult{sent: sent, err: err}
+	out <- renewResult{sent: sent, took: time.Since(sent), err: err}
 }
 
 // release frees the lease within ReleaseTimeout, even after ctx is

@@ -61,10 +61,11 @@ type Term struct {
 	reason   EndReason
 	deadline time.Time // safe end S
 	yieldAt  time.Time // Y
+	renewed  time.Time // s: the last successful acquire or renew was sent
 }
 
 func newTerm(key, owner string, token int64, started time.Time) *Term {
-	return &Term{key: key, owner: owner, token: token, started: started, ending: make(chan struct{})}
+	return &Term{key: key, owner: owner, token: token, started: started, renewed: started, ending: make(chan struct{})}
 }
 
 // Key returns the term's key.
@@ -118,14 +119,27 @@ func (t *Term) setTimeline(safeEnd, yieldAt time.Time) {
 	t.mu.Unlock()
 }
 
-// end starts the term's end with reason r, once; later calls keep the
-// first reason.
-func (t *Term) end(r EndReason) {
+func (t *Term) setRenewed(sent time.Time) {
+	t.mu.Lock()
+	t.renewed = sent
+	t.mu.Unlock()
+}
+
+func (t *Term) renewedSent() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.renewed
+}
+
+// end starts the term's end with reason r, once, and reports whether this
+// call did; later calls keep the first reason.
+func (t *Term) end(r EndReason) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.reason != ReasonNone {
-		return
+		return false
 	}
 	t.reason = r
 	close(t.ending)
+	return true
 }
