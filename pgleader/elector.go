@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/pgleader/pgleader/internal/hook"
 )
 
 // Options are the parts of an Elector that are not timing.
@@ -403,11 +405,17 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 			}
 
 		case <-yieldTimer.C:
+			if hook.NoYield.Load() {
+				continue
+			}
 			if e.endTerm(t, ReasonExpiring) {
 				log.Warn("renewals failed until the yield instant; the term is ending")
 			}
 
 		case <-cancelTimer.C:
+			if hook.NoYield.Load() && t.Reason() != ReasonStopped {
+				continue
+			}
 			cancelBody()
 
 		case bodyErr = <-bodyDone:

