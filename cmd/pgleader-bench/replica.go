@@ -41,11 +41,12 @@ type replica struct {
 	count   *counter
 	crashed atomic.Bool
 
-	attempts   atomic.Int64
-	sentAt     chan time.Time // when a winning acquire was sent
-	acquiredAt chan time.Time // when a winning acquire returned
-	releasedAt chan time.Time // when a release that took effect returned
-	firstWrite chan time.Time // when a term's first fenced write committed
+	attempts    atomic.Int64
+	sentAt      chan time.Time // when a winning acquire was sent
+	acquiredAt  chan time.Time // when a winning acquire returned
+	releaseSent chan time.Time // when a release that took effect was sent
+	releasedAt  chan time.Time // when it returned
+	firstWrite  chan time.Time // when a term's first fenced write committed
 
 	el     *pgleader.Elector
 	cancel context.CancelFunc
@@ -59,7 +60,7 @@ func newReplica(ctx context.Context, url, key, owner string, notify bool) (*repl
 	}
 	r := &replica{owner: owner, key: key, count: &counter{},
 		sentAt: make(chan time.Time, 1), acquiredAt: make(chan time.Time, 1),
-		releasedAt: make(chan time.Time, 1), firstWrite: make(chan time.Time, 1)}
+		releaseSent: make(chan time.Time, 1), releasedAt: make(chan time.Time, 1), firstWrite: make(chan time.Time, 1)}
 	cfg.MinConns = 2
 	cfg.ConnConfig.Tracer = r.count
 	cfg.ConnConfig.RuntimeParams["application_name"] = "bench-" + owner
@@ -192,8 +193,10 @@ func (t *timed) Release(ctx context.Context, key, owner string, token int64) (bo
 	if t.crashed.Load() {
 		return false, errCrashed
 	}
+	sent := time.Now()
 	ok, err := t.pg.Release(ctx, key, owner, token)
 	if ok {
+		offer(t.releaseSent, sent)
 		offer(t.releasedAt, time.Now())
 	}
 	return ok, err
