@@ -79,6 +79,28 @@
 // term draws floor+1 at once instead of being refused floor times.
 // Spec.RequireFenceAdvance makes New fail for a backend that cannot advance.
 //
+// # How candidates wait
+//
+// A candidate that finds the lease held learns the holder's expiry from the
+// database (as time remaining on the database clock, so the two clocks need
+// not agree) and sleeps until then. With a backend that is a [Watcher] —
+// [Postgres] is, through LISTEN/NOTIFY on one connection per backend — every
+// acquire, renew and release notifies the candidates: a renewal moves their
+// wake-up to the new expiry, and a release wakes them at once, with no random
+// back-off. An idle candidate of a healthy leader therefore sends no
+// statements at all, and one whose leader crashed campaigns at the expiry.
+//
+// This departs from a plain reading of CampaignEvery as the longest wait
+// between checks: while notifications flow, the wait is bounded by the
+// holder's expiry instead, because a candidate that polled every
+// CampaignEvery would send two statements a second for nothing. Whenever
+// notifications cannot be trusted — the LISTEN connection is down or
+// reconnecting, the backend is behind pgbouncer in transaction mode (detected
+// by a probe notification that never arrives), [PollOnly] was given, or the
+// backend is not a Watcher — candidates poll every CampaignEvery, less up to
+// 10% jitter. After a reconnect they look once at once, since a release may
+// have been missed.
+//
 // # What happens when leadership is lost
 //
 // The lease guarantees that at no instant of the database's clock do two
