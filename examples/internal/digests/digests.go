@@ -103,10 +103,15 @@ func (s Store) Publish(ctx context.Context, token int64, seq int, owner string) 
 
 // Unit is one row of the log.
 type Unit struct {
-	ID          int64
-	Token       int64
-	Seq         int
-	Owner       string
+	// ID orders the log: units are numbered as their writes commit.
+	ID int64
+	// Token is the term that published the unit.
+	Token int64
+	// Seq numbers the unit within its term, from 1.
+	Seq int
+	// Owner is the replica that held the term.
+	Owner string
+	// PublishedAt is the database's clock when the unit was logged.
 	PublishedAt time.Time
 }
 
