@@ -38,6 +38,10 @@ elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
 	fi
 	docker compose up --detach --wait postgres
 	url=$compose_url
+	for _ in $(seq 1 30); do
+		"$handover" -ping -database "$url" 2>/dev/null && break
+		sleep 1
+	done
 else
 	cat >&2 <<'MSG'
 make demo needs a PostgreSQL server and found none. Provide one of:
