@@ -1,14 +1,53 @@
 // Package tcpproxy is a loopback TCP proxy for tests that cut a client off
-// from PostgreSQL: it can drop every connection, refuse new ones, and let
-// them through again.
+// from PostgreSQL or degrade its path: it can drop every connection and
+// refuse new ones, swallow traffic while keeping connections open, delay
+// it, or let it through a few bytes at a time, and let it through again.
 package tcpproxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
+	"time"
 )
+
+// Mode is what a Proxy does with the traffic of its connections.
+type Mode int
+
+// The modes of a Proxy.
+const (
+	// Pass forwards traffic as it comes.
+	Pass Mode = iota
+	// Drop closes every connection and refuses new ones (Cut).
+	Drop
+	// Blackhole keeps connections open, accepts new ones, and forwards
+	// nothing: what is sent is lost. When the proxy leaves Blackhole, the
+	// connections that lost traffic are closed, as after a partition long
+	// enough for TCP to give up; idle ones carry on.
+	Blackhole
+	// Delay forwards each chunk of traffic, in order, a fixed delay after
+	// it was read.
+	Delay
+	// Drip forwards at most a few bytes per tick, in order.
+	Drip
+)
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	switch m {
+	case Pass:
+		return "pass"
+	case Drop:
+		return "drop"
+	case Blackhole:
+		return "blackhole"
+	case Delay:
+		return "delay"
+	case Drip:
+		return "drip"
+	}
+	return "unknown"
+}
 
 // Proxy forwards connections accepted on Addr to a target address. It is
 // safe for concurrent use.
@@ -16,12 +55,33 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex
-	refuse  bool
-	conns   map[net.Conn]struct{}
-	wg      sync.WaitGroup
-	closed  bool
-	accepts int
+	mu        sync.Mutex
+	mode      Mode
+	delay     time.Duration // Delay
+	dripBytes int           // Drip: bytes per tick
+	dripEvery time.Duration // Drip: the tick
+	links     map[*link]struct{}
+	wg        sync.WaitGroup
+	closed    bool
+	accepts   int
+}
+
+// link is one client connection and its connection to the target.
+type link struct {
+	client, server net.Conn
+	once           sync.Once
+	done           chan struct{} // closed when the link is torn down
+	lost           bool          // traffic was swallowed by a blackhole; guarded by Proxy.mu
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		close(l.done)
+		l.client.Close()
+		if l.server != nil {
+			l.server.Close()
+		}
+	})
 }
 
 // Start listens on a free loopback port and forwards to target.
@@ -30,7 +90,7 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p := &Proxy{ln: ln, target: target, links: make(map[*link]struct{})}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
@@ -49,29 +109,66 @@ func (p *Proxy) Accepted() int {
 	return p.accepts
 }
 
+// Mode returns the proxy's current mode.
+func (p *Proxy) Mode() Mode {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode
+}
+
 // Cut closes every open connection and refuses new ones until Restore.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.refuse = true
-	for c := range p.conns {
-		c.Close()
+	p.mode = Drop
+	for l := range p.links {
+		l.close()
 	}
 }
 
-// Restore lets connections through again.
+// Blackhole swallows all traffic, in both directions, until Restore or
+// another mode; connections stay open and new ones are accepted.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode = Blackhole
+}
+
+// Delay forwards traffic d after it was read, until Restore or another
+// mode. Traffic already read keeps the delay it was read with.
+func (p *Proxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode, p.delay = Delay, d
+}
+
+// Drip forwards at most n bytes every tick, in each direction of each
+// connection, until Restore or another mode.
+func (p *Proxy) Drip(n int, every time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode, p.dripBytes, p.dripEvery = Drip, max(n, 1), every
+}
+
+// Restore lets connections and traffic through again. Connections that
+// lost traffic to a blackhole are closed.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.refuse = false
+	p.mode = Pass
+	for l := range p.links {
+		if l.lost {
+			l.close()
+		}
+	}
 }
 
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
-	for c := range p.conns {
-		c.Close()
+	for l := range p.links {
+		l.close()
 	}
 	p.mu.Unlock()
 	err := p.ln.Close()
@@ -90,7 +187,7 @@ func (p *Proxy) serve() {
 			continue
 		}
 		p.mu.Lock()
-		if p.refuse || p.closed {
+		if p.mode == Drop || p.closed {
 			p.mu.Unlock()
 			c.Close()
 			continue
@@ -109,41 +206,128 @@ func (p *Proxy) forward(client net.Conn) {
 		client.Close()
 		return
 	}
-	if !p.track(client, server) {
-		client.Close()
-		server.Close()
+	l := &link{client: client, server: server, done: make(chan struct{})}
+	if !p.track(l) {
+		l.close()
 		return
 	}
-	defer p.untrack(client, server)
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		dst.Close()
-		src.Close()
-		done <- struct{}{}
-	}
-	go pipe(server, client)
-	go pipe(client, server)
-	<-done
-	<-done
+	defer p.untrack(l)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.pipe(l, server, client) }()
+	go func() { defer wg.Done(); p.pipe(l, client, server) }()
+	wg.Wait()
 }
 
-func (p *Proxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.refuse || p.closed {
+// chunk is traffic read from one side, to be written to the other at due.
+type chunk struct {
+	data []byte
+	due  time.Time
+}
+
+// pipe copies src to dst through the proxy's current mode. A reader
+// queues chunks stamped with their delay; a writer delivers them, so a
+// delayed or dripping direction still reads (and can be closed) promptly.
+// When src ends, what is queued is still delivered, as TCP would, and then
+// the link is torn down.
+func (p *Proxy) pipe(l *link, dst, src net.Conn) {
+	queue := make(chan chunk, 256)
+	go func() {
+		defer close(queue)
+		buf := make([]byte, 32*1024)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				c := chunk{data: append([]byte(nil), buf[:n]...), due: time.Now()}
+				p.mu.Lock()
+				if p.mode == Delay {
+					c.due = c.due.Add(p.delay)
+				}
+				p.mu.Unlock()
+				select {
+				case queue <- c:
+				case <-l.done:
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer l.close()
+	for c := range queue {
+		if !p.deliver(l, dst, c) {
+			// Drain so the reader is not stuck on a full queue.
+			for range queue {
+			}
+			return
+		}
+	}
+}
+
+// deliver writes one chunk to dst according to the mode, and reports
+// whether the link is still up.
+func (p *Proxy) deliver(l *link, dst net.Conn, c chunk) bool {
+	if !wait(l, time.Until(c.due)) {
 		return false
 	}
-	for _, c := range cs {
-		p.conns[c] = struct{}{}
+	for data := c.data; len(data) > 0; {
+		p.mu.Lock()
+		mode, n, every := p.mode, len(data), time.Duration(0)
+		if mode == Blackhole {
+			l.lost = true
+		}
+		if mode == Drip {
+			n, every = min(n, p.dripBytes), p.dripEvery
+		}
+		p.mu.Unlock()
+		if mode == Blackhole {
+			return true
+		}
+		if _, err := dst.Write(data[:n]); err != nil {
+			return false
+		}
+		data = data[n:]
+		if len(data) > 0 && !wait(l, every) {
+			return false
+		}
 	}
 	return true
 }
 
-func (p *Proxy) untrack(cs ...net.Conn) {
+// wait sleeps d, and reports false if the link was torn down meanwhile.
+func wait(l *link, d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-l.done:
+			return false
+		default:
+			return true
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.done:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (p *Proxy) track(l *link) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, c := range cs {
-		delete(p.conns, c)
+	if p.mode == Drop || p.closed {
+		return false
 	}
+	p.links[l] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(l *link) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.links, l)
 }
