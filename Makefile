@@ -23,3 +23,7 @@ lint: ## gofmt check, go vet and staticcheck.
 .PHONY: demo
 demo: ## Tell the recipe's story against PostgreSQL (examples/handover; finds a server, see README).
 	@GO="$(GO)" ./scripts/demo.sh
+
+.PHONY: bench
+bench: ## Measure handover, failover, database load and fenced-write cost; prints a table (docs/benchmarks.md).
+	$(GO) run ./cmd/pgleader-bench $(BENCHFLAGS)
