@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -632,4 +633,75 @@ func TestResyncWakesCandidate(t *testing.T) {
 		a.stop(t)
 		bb.stop(t)
 	})
+}
+
+// countingBackend counts the calls that reach Acquire, failed or not.
+type countingBackend struct {
+	*pgleadertest.Backend
+	mu       sync.Mutex
+	acquires int
+}
+
+func (c *countingBackend) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	c.mu.Lock()
+	c.acquires++
+	c.mu.Unlock()
+	return c.Backend.AcquireWithFloor(ctx, key, owner, ttl, floor)
+}
+
+func (c *countingBackend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
+	return c.AcquireWithFloor(ctx, key, owner, ttl, 0)
+}
+
+// TestOutageBacksOffAndLogs: while the database is down a candidate retries
+// with growing intervals (up to TTL) and logs each failure, never exits, and
+// leads once the database is back.
+func TestOutageBacksOffAndLogs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &countingBackend{Backend: pgleadertest.NewBackend()}
+		b.SetFailure(errors.New("connection refused"))
+		var logs lockedLog
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: idle, Logger: log})
+		time.Sleep(60 * time.Second)
+		b.mu.Lock()
+		n := b.acquires
+		b.mu.Unlock()
+		// Fixed 500ms polling would make 120 attempts; doubling up to the
+		// 6s TTL (less up to 20% jitter) makes about 14.
+		if n < 10 || n > 20 {
+			t.Errorf("%d attempts in a 60s outage, want 10 to 20 (backing off up to TTL)", n)
+		}
+		if got := strings.Count(logs.String(), "campaign failed"); got != n {
+			t.Errorf("%d 'campaign failed' log lines for %d failed attempts", got, n)
+		}
+		select {
+		case err := <-r.done:
+			t.Fatalf("Run exited during the outage: %v", err)
+		default:
+		}
+		b.SetFailure(nil)
+		time.Sleep(7 * time.Second)
+		if !r.el.Status().Leading {
+			t.Fatal("not leading 7s after the database came back")
+		}
+		r.stop(t)
+	})
+}
+
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
