@@ -2,9 +2,10 @@ package pgleader
 
 import (
 	"context"
-	"strings"
+	"fmt"
 	"time"
-	"unicode/utf8"
+
+	"github.com/pgleader/pgleader/internal/check"
 )
 
 // MaxKeyLen and MaxOwnerLen are the longest key and owner, in bytes, that a
@@ -101,13 +102,8 @@ func CheckTTL(ttl time.Duration) error {
 }
 
 func checkName(what, s string, limit int) error {
-	switch {
-	case s == "":
-		return invalidf("%s must not be empty", what)
-	case len(s) > limit:
-		return invalidf("%s is %d bytes; the limit is %d", what, len(s), limit)
-	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
-		return invalidf("%s must be valid UTF-8 without NUL bytes", what)
+	if err := check.Name(what, s, limit); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -115,8 +111,8 @@ func checkName(what, s string, limit int) error {
 // CheckToken returns an error matching [ErrInvalid] unless token is
 // positive, as every issued token is.
 func CheckToken(token int64) error {
-	if token < 1 {
-		return invalidf("token must be positive, got %d", token)
+	if err := check.Token(token); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

@@ -2,15 +2,15 @@ package pgleader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgleader/pgleader/internal/check"
 )
 
 // DB is what [Postgres] needs from a connection: *pgxpool.Pool, *pgx.Conn
@@ -200,14 +200,11 @@ func interval(d time.Duration) pgtype.Interval {
 
 // sqlError maps PostgreSQL's errors onto the package's sentinels.
 func sqlError(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
-			return fmt.Errorf("%w (%s: %s)", ErrNotMigrated, op, pgErr.Message)
-		case "22023": // invalid_parameter_value, raised by the SQL functions' own checks
-			return fmt.Errorf("%w: %s: %s", ErrInvalid, op, pgErr.Message)
-		}
+	switch class, msg := check.Classify(err); class {
+	case check.NotMigrated:
+		return fmt.Errorf("%w (%s: %s)", ErrNotMigrated, op, msg)
+	case check.Invalid:
+		return fmt.Errorf("%w: %s: %s", ErrInvalid, op, msg)
 	}
 	return fmt.Errorf("pgleader: %s: %w", op, err)
 }

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgleader/pgleader/internal/check"
 )
 
 // SQLSTATEs raised by pgleader's SQL functions and fence triggers.
@@ -153,14 +154,11 @@ func resourceFromMessage(msg string) string {
 // sqlError maps an error from a statement on pgleader's own tables and
 // functions.
 func sqlError(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
-			return fmt.Errorf("%w (%s: %s)", ErrNotMigrated, op, pgErr.Message)
-		case "22023": // invalid_parameter_value, raised by the SQL functions' own checks
-			return fmt.Errorf("%w: %s: %s", ErrInvalid, op, pgErr.Message)
-		}
+	switch class, msg := check.Classify(err); class {
+	case check.NotMigrated:
+		return fmt.Errorf("%w (%s: %s)", ErrNotMigrated, op, msg)
+	case check.Invalid:
+		return fmt.Errorf("%w: %s: %s", ErrInvalid, op, msg)
 	}
 	return fmt.Errorf("sqlfence: %s: %w", op, err)
 }
@@ -177,20 +175,15 @@ const MaxResourceLen = 200
 const maxIdentLen = 63
 
 func checkName(what, s string, limit int) error {
-	switch {
-	case s == "":
-		return invalidf("%s must not be empty", what)
-	case len(s) > limit:
-		return invalidf("%s is %d bytes; the limit is %d", what, len(s), limit)
-	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
-		return invalidf("%s must be valid UTF-8 without NUL bytes", what)
+	if err := check.Name(what, s, limit); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
 
 func checkToken(token int64) error {
-	if token < 1 {
-		return invalidf("token must be positive, got %d", token)
+	if err := check.Token(token); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
