@@ -1,0 +1,5 @@
+//go:build unix && race
+
+package main_test
+
+func init() { raceEnabled = true }

@@ -1,0 +1,136 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgleader/pgleader/pgleader"
+)
+
+const statusUsage = `Usage: pgleader status [--database URL] [KEY]
+
+Prints a table of leases as the database sees them on its own clock: each
+key, the replica holding it ("-" when free or expired), the token (of the
+holding term, or the last one issued while free) and how long the lease has
+left. Without KEY it lists every key the database has seen.
+`
+
+// leaseRow is one line of the status table.
+type leaseRow struct {
+	key       string
+	holder    string // "" when free
+	token     int64
+	remaining time.Duration
+}
+
+func cmdStatus(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", statusUsage, stderr)
+	db := databaseFlag(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return usagef("status", "want at most one KEY, got %d arguments", len(pos))
+	}
+	if len(pos) == 1 {
+		if err := pgleader.CheckKey(pos[0]); err != nil {
+			return usagef("status", "KEY: %v", err)
+		}
+	}
+	url, err := databaseURL("status", *db)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	pool, err := openPool(ctx, "status", url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	var rows []leaseRow
+	if len(pos) == 1 {
+		l, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).Lease(ctx, pos[0])
+		if err != nil {
+			return notMigratedHint(err)
+		}
+		rows = []leaseRow{{key: l.Key, holder: l.Holder, token: l.Token, remaining: l.Remaining()}}
+	} else if rows, err = allLeases(ctx, pool); err != nil {
+		return notMigratedHint(err)
+	}
+	return printLeases(stdout, rows)
+}
+
+// allLeases reads every lease row, judging expiry on the database clock
+// read once for the whole statement.
+func allLeases(ctx context.Context, pool *pgxpool.Pool) ([]leaseRow, error) {
+	rows, err := pool.Query(ctx, `
+		SELECT l.key,
+		       CASE WHEN l.expires_at > n.t THEN l.holder END,
+		       l.token,
+		       CASE WHEN l.expires_at > n.t THEN extract(epoch FROM l.expires_at - n.t) END
+		  FROM pgleader.lease AS l
+		 CROSS JOIN (SELECT clock_timestamp() AS t) AS n
+		 ORDER BY l.key`)
+	if err != nil {
+		return nil, statusError(err)
+	}
+	var out []leaseRow
+	var r leaseRow
+	var holder *string
+	var seconds *float64
+	_, err = pgx.ForEachRow(rows, []any{&r.key, &holder, &r.token, &seconds}, func() error {
+		row := leaseRow{key: r.key, token: r.token}
+		if holder != nil && seconds != nil {
+			row.holder = *holder
+			row.remaining = time.Duration(*seconds * float64(time.Second))
+		}
+		out = append(out, row)
+		return nil
+	})
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return out, nil
+}
+
+func statusError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return fmt.Errorf("%w (%s)", pgleader.ErrNotMigrated, pgErr.Message)
+	}
+	return fmt.Errorf("status: %w", err)
+}
+
+func printLeases(w io.Writer, rows []leaseRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tHOLDER\tTOKEN\tEXPIRES IN")
+	for _, r := range rows {
+		holder, expires := "-", "-"
+		if r.holder != "" {
+			holder, expires = r.holder, r.remaining.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.key, holder, r.token, expires)
+	}
+	return tw.Flush()
+}
+
+// notMigratedHint adds the command that fixes a missing schema.
+func notMigratedHint(err error) error {
+	if errors.Is(err, pgleader.ErrNotMigrated) {
+		return errors.New("the database has no pgleader schema, or an outdated one: run 'pgleader migrate up'")
+	}
+	return err
+}
