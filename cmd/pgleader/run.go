@@ -88,13 +88,14 @@ func cmdRun(args []string, stderr *os.File) error {
 		return err
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pool, err := openPool(ctx, "run", url)
+	// The pool outlives ctx: the lease is released after ctx is cancelled.
+	pool, err := openPool(context.Background(), "run", url)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	backend := pgleader.NewPostgres(pool, pgleader.WithLogger(logger))
