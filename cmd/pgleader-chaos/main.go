@@ -1,0 +1,235 @@
+// Command pgleader-chaos tries to break pgleader's safety: it runs replicas
+// of the recipe's publisher on a fenced table, injects faults at random
+// from a seed, and checks the history for the four properties (see
+// docs/safety.md). It exits 1 if any property was broken.
+//
+//	go run ./cmd/pgleader-chaos [-duration 2m] [-seed N] [-processes] [-own-cluster]
+//
+// By default it uses a scratch database on DATABASE_URL (else
+// postgres://postgres@127.0.0.1:5432/postgres), dropped at the end, and
+// never restarts that server. With -own-cluster it creates a throwaway
+// cluster (initdb into a temporary directory), may restart it, and deletes
+// it at the end.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgleader/pgleader/internal/chaos"
+	"github.com/pgleader/pgleader/migrations"
+	"github.com/pgleader/pgleader/pgleader"
+)
+
+var (
+	replicaMode = flag.Bool("replica", false, "run as one replica process (set by the program itself)")
+	duration    = flag.Duration("duration", 2*time.Minute, "how long to inject faults")
+	seed        = flag.Uint64("seed", 0, "the scheduler's seed (0: a random one, printed)")
+	replicas    = flag.Int("replicas", 3, "number of replicas")
+	processes   = flag.Bool("processes", false, "run each replica as an OS process (paused with SIGSTOP)")
+	ownCluster  = flag.Bool("own-cluster", false, "use a throwaway PostgreSQL cluster, and restart it as a fault")
+	pgBin       = flag.String("pg-bin", "", "directory of initdb and pg_ctl for -own-cluster (default: found)")
+	ttl         = flag.Duration("ttl", 3*time.Second, "lease TTL; the other timings follow the recipe's ratios")
+	faults      = flag.String("faults", "", "comma-separated fault kinds (default: all); kinds: "+strings.Join(chaos.AllFaults, ","))
+	noFloor     = flag.String("no-floor", "2", "comma-separated replicas without the FenceFloor hook")
+	pollOnly    = flag.String("poll-only", "1", "comma-separated replicas without LISTEN/NOTIFY")
+	history     = flag.String("history", "", "write the history as JSON lines to this file")
+	verbose     = flag.Bool("v", false, "the electors' logs on standard error")
+)
+
+func main() {
+	flag.Parse()
+	if *replicaMode || os.Getenv(chaos.ReplicaEnv) != "" {
+		os.Exit(chaos.ReplicaMain())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := run(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgleader-chaos:", err)
+		code = 2
+	}
+	os.Exit(code)
+}
+
+func run(ctx context.Context) (int, error) {
+	if *seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		*seed = binary.LittleEndian.Uint64(b[:]) >> 1
+	}
+	cfg := chaos.Config{Seed: *seed, Duration: *duration, Log: os.Stdout}
+	cfg.Replicas, cfg.Verbose = *replicas, *verbose
+	cfg.Spec = pgleader.Spec{Key: "digest-publisher", TTL: *ttl, RequireFenceAdvance: true}
+	var err error
+	if cfg.NoFloor, err = ints(*noFloor); err != nil {
+		return 2, fmt.Errorf("-no-floor: %w", err)
+	}
+	if cfg.PollOnly, err = ints(*pollOnly); err != nil {
+		return 2, fmt.Errorf("-poll-only: %w", err)
+	}
+	if *faults != "" {
+		cfg.Faults = strings.Split(*faults, ",")
+	}
+	if *processes {
+		self, err := os.Executable()
+		if err != nil {
+			return 2, err
+		}
+		cfg.Command = []string{self, "-replica"}
+	}
+
+	if *ownCluster {
+		bin := *pgBin
+		if bin == "" {
+			if bin, err = chaos.FindPostgresBin(); err != nil {
+				return 2, err
+			}
+		}
+		cluster, err := chaos.StartCluster(ctx, bin)
+		if err != nil {
+			return 2, err
+		}
+		defer func() {
+			if err := cluster.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "pgleader-chaos: stop the cluster:", err)
+			}
+		}()
+		fmt.Printf("own cluster in %s\n", cluster.Dir())
+		cfg.URL, cfg.Restart = cluster.URL(), cluster.Restart
+	} else {
+		server := os.Getenv("DATABASE_URL")
+		if server == "" {
+			server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+		}
+		u, drop, err := scratchDatabase(ctx, server)
+		if err != nil {
+			return 2, err
+		}
+		defer drop()
+		cfg.URL = u
+	}
+	if err := migrations.UpURL(ctx, cfg.URL); err != nil {
+		return 2, err
+	}
+
+	mode := "goroutines"
+	if *processes {
+		mode = "processes"
+	}
+	spec := cfg.Spec
+	fmt.Printf("pgleader-chaos  seed %d  %s  %d replicas (no FenceFloor: %s; poll-only: %s)  own cluster: %v\n",
+		*seed, mode, *replicas, orNone(*noFloor), orNone(*pollOnly), *ownCluster)
+	fmt.Printf("reproduce: go run ./cmd/pgleader-chaos -seed %d -duration %v -ttl %v%s\n", *seed, *duration, *ttl, extraFlags())
+	out, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		return 2, err
+	}
+	spec = out.Spec
+	fmt.Printf("\nspec: TTL %v, RenewEvery %v, CampaignEvery %v, Margin %v, YieldGrace %v, ReleaseTimeout %v\n",
+		spec.TTL, spec.RenewEvery, spec.CampaignEvery, spec.Margin, spec.YieldGrace, spec.ReleaseTimeout)
+	fmt.Printf("seed: %d\n", out.Seed)
+	out.Report.Summary(os.Stdout)
+	if *history != "" {
+		if err := writeHistory(*history, out); err != nil {
+			return 2, err
+		}
+		fmt.Printf("history: %s\n", *history)
+	}
+	if !out.Report.OK() {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func extraFlags() string {
+	var b strings.Builder
+	flag.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "seed", "duration", "ttl", "history", "v":
+		default:
+			fmt.Fprintf(&b, " -%s=%s", f.Name, f.Value)
+		}
+	})
+	return b.String()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func ints(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func writeHistory(path string, out *chaos.Outcome) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	h := &chaos.History{}
+	for _, e := range out.Events {
+		h.Record(e)
+	}
+	if err := h.WriteJSON(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// scratchDatabase creates a uniquely named database on server and returns
+// its URL and a function that drops it.
+func scratchDatabase(ctx context.Context, server string) (string, func(), error) {
+	admin, err := pgx.Connect(ctx, server)
+	if err != nil {
+		return "", nil, fmt.Errorf("connect %s: %w (set DATABASE_URL)", server, err)
+	}
+	suffix := make([]byte, 6)
+	_, _ = rand.Read(suffix)
+	name := "pgleader_chaos_" + hex.EncodeToString(suffix)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		admin.Close(ctx)
+		return "", nil, err
+	}
+	u, err := url.Parse(server)
+	if err != nil {
+		admin.Close(ctx)
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	drop := func() {
+		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = admin.Exec(c, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		admin.Close(c)
+	}
+	return u.String(), drop, nil
+}

@@ -1,0 +1,400 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/pgleader/pgleader/pgleader"
+)
+
+// The properties the checker verifies.
+const (
+	// PropNoOverlap (1): at no instant of the database's clock do two
+	// terms of the key hold a live lease.
+	PropNoOverlap = "1"
+	// PropWithinLease (1b): no accepted write of a term committed after
+	// its lease expired or was released, unless a pause between the
+	// body's Live check and the write's send accounts for the lateness.
+	PropWithinLease = "1b"
+	// PropMonotonic (2): in commit order, the store never accepted a token
+	// lower than one it had accepted, nor the same token from two terms.
+	PropMonotonic = "2"
+	// PropNoLoss (3): every acknowledged unit is in the log, and each
+	// term's units are contiguous from 1.
+	PropNoLoss = "3"
+	// PropRecovery (4): after every heal, a leader writes within TTL +
+	// CampaignEvery.
+	PropRecovery = "4"
+	// PropLease: the lease table's history is consistent with what the
+	// replicas saw (every won acquire is in it; no lapsed lease renewed).
+	PropLease = "lease"
+)
+
+// Violation is one breach of a property.
+type Violation struct {
+	Property string
+	Detail   string
+}
+
+func (v Violation) String() string { return "property " + v.Property + ": " + v.Detail }
+
+// Report is the checker's verdict and the run's figures.
+type Report struct {
+	// Start and End bound the history on the local clock.
+	Start, End time.Time
+	// Faults counts the faults injected, by kind.
+	Faults map[string]int
+	// Terms is how many terms acquired the lease; TermsWrote how many of
+	// them had a unit accepted.
+	Terms, TermsWrote int
+	// Writes is the units the store accepted (the log); Acked those whose
+	// acknowledgement a replica received.
+	Writes, Acked int
+	// StaleRefused counts writes the fence refused; ClaimsRefused claims
+	// it refused; WriteErrors writes without an answer.
+	StaleRefused, ClaimsRefused, WriteErrors int
+	// Wipes counts lease wipes; WritesAfterWipe units a term wrote after
+	// its lease row was wiped (ordered by the fence, not the lease).
+	Wipes, WritesAfterWipe int
+	// LateAfterPause counts units that committed after their term's lease
+	// ended because the replica was paused between its Live check and the
+	// write: the limit documented by pgleader, which the fence orders.
+	LateAfterPause int
+	// Recoveries is, for each heal, how long until a unit was accepted.
+	Recoveries []time.Duration
+	// RecoveryBound is TTL + CampaignEvery.
+	RecoveryBound time.Duration
+	// EndReasons counts how terms ended, as the replicas saw it.
+	EndReasons map[string]int
+	// Violations lists every breach found; a run passes with none.
+	Violations []Violation
+}
+
+// OK reports whether the run broke no property.
+func (r *Report) OK() bool { return len(r.Violations) == 0 }
+
+// Has reports whether a property was broken.
+func (r *Report) Has(property string) bool {
+	for _, v := range r.Violations {
+		if v.Property == property {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Report) violate(property, format string, args ...any) {
+	r.Violations = append(r.Violations, Violation{property, fmt.Sprintf(format, args...)})
+}
+
+// termSpan is one term's lease on the database clock.
+type termSpan struct {
+	id      TermID
+	expires time.Time // the latest expiry granted to it
+	// released and wiped are when its row was released or deleted; zero
+	// if never.
+	released, wiped time.Time
+	audited         bool // the lease table recorded its acquisition
+}
+
+// end is the end of its lease interval: expiry, release or wipe.
+func (t *termSpan) end() time.Time { return minTime(t.expires, t.released, t.wiped) }
+
+// entitled is how long the term may write: until its expiry or release.
+// A wipe loses the lease data, not the holder's belief; what it writes
+// after a wipe is ordered by the fence (property 2).
+func (t *termSpan) entitled() time.Time { return minTime(t.expires, t.released) }
+
+func minTime(first time.Time, rest ...time.Time) time.Time {
+	m := first
+	for _, t := range rest {
+		if !t.IsZero() && (m.IsZero() || t.Before(m)) {
+			m = t
+		}
+	}
+	return m
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// Check verifies properties 1 to 4 on a run's history and the tables read
+// after it, with spec's timing, and returns the report.
+func Check(events []Event, tables Tables, spec pgleader.Spec) *Report {
+	r := &Report{Faults: map[string]int{}, EndReasons: map[string]int{},
+		RecoveryBound: spec.TTL + spec.CampaignEvery}
+	for _, e := range events {
+		if r.Start.IsZero() || e.Local.Before(r.Start) {
+			r.Start = e.Local
+		}
+		r.End = maxTime(r.End, e.Local)
+		switch e.Kind {
+		case KindFault:
+			r.Faults[e.Fault]++
+		case KindWipe:
+			r.Wipes++
+		case KindTermEnd:
+			r.EndReasons[e.Detail]++
+		case KindClaim:
+			if e.Result == Refused {
+				r.ClaimsRefused++
+			}
+		case KindWrite:
+			switch e.Result {
+			case OK:
+				r.Acked++
+			case Refused:
+				r.StaleRefused++
+			case Failed:
+				r.WriteErrors++
+			}
+		}
+	}
+	r.Writes = len(tables.Units)
+
+	terms := buildTerms(r, events, tables.Changes)
+	r.Terms = len(terms)
+	checkOverlap(r, terms)
+	checkWithinLease(r, events, tables.Units, terms)
+	checkMonotonic(r, tables)
+	checkNoLoss(r, events, tables.Units)
+	checkRecovery(r, events, tables.Units)
+	return r
+}
+
+// buildTerms reconstructs every term's lease from the lease table's audit,
+// and from the replicas' acquire, renew, release and wipe events where the
+// audit does not cover them.
+func buildTerms(r *Report, events []Event, changes []LeaseChange) map[TermID]*termSpan {
+	terms := map[TermID]*termSpan{}
+	var cur *termSpan // the term in the lease row, as the audit walks
+	for _, c := range changes {
+		oldID := TermID{c.OldHolder, c.OldToken, instant(c.OldAcquired)}
+		newID := TermID{c.NewHolder, c.NewToken, instant(c.NewAcquired)}
+		if c.OldHolder != "" && cur != nil && cur.id == oldID {
+			switch {
+			case c.Op == "DELETE":
+				cur.wiped = c.At
+			case c.NewHolder == "":
+				cur.released = c.At
+			case newID == oldID && !c.NewExpires.Equal(c.OldExpires):
+				if !c.At.Before(c.OldExpires) {
+					r.violate(PropLease, "term %s renewed at %s after its lease expired at %s", fmtTerm(oldID), fmtTime(c.At), fmtTime(c.OldExpires))
+				}
+				cur.expires = maxTime(cur.expires, c.NewExpires)
+			}
+		}
+		if c.NewHolder != "" && newID != oldID {
+			cur = &termSpan{id: newID, expires: c.NewExpires, audited: true}
+			terms[newID] = cur
+		}
+	}
+	audited := len(changes) > 0
+
+	var wipes []time.Time
+	for _, e := range events {
+		switch {
+		case e.Kind == KindWipe:
+			wipes = append(wipes, e.DB)
+		case e.Kind == KindAcquire && e.Result == OK:
+			t := terms[e.termID()]
+			if t == nil {
+				if audited {
+					r.violate(PropLease, "%s won term %s, which the lease table never recorded", e.Owner, fmtTerm(e.termID()))
+				}
+				t = &termSpan{id: e.termID()}
+				terms[t.id] = t
+			}
+			t.expires = maxTime(t.expires, e.Expires)
+		}
+	}
+	for _, e := range events {
+		if e.Term.IsZero() {
+			continue
+		}
+		t := terms[e.termID()]
+		if t == nil {
+			continue
+		}
+		switch {
+		case e.Kind == KindRenew && e.Result == OK:
+			t.expires = maxTime(t.expires, e.Expires)
+		case e.Kind == KindRelease && e.Result == OK && !t.audited:
+			at := e.DB
+			if at.IsZero() {
+				at = e.Sent
+			}
+			t.released = at
+		}
+	}
+	for _, t := range terms {
+		if t.audited {
+			continue
+		}
+		for _, w := range wipes {
+			if w.After(t.id.Start) && w.Before(t.end()) {
+				t.wiped = w
+			}
+		}
+	}
+	return terms
+}
+
+func sortedTerms(terms map[TermID]*termSpan) []*termSpan {
+	list := make([]*termSpan, 0, len(terms))
+	for _, t := range terms {
+		list = append(list, t)
+	}
+	slices.SortFunc(list, func(a, b *termSpan) int {
+		return cmp.Or(a.id.Start.Compare(b.id.Start), cmp.Compare(a.id.Token, b.id.Token), cmp.Compare(a.id.Owner, b.id.Owner))
+	})
+	return list
+}
+
+// checkOverlap: property 1. Sorted by start, each term must start at or
+// after the end of every earlier term's lease.
+func checkOverlap(r *Report, terms map[TermID]*termSpan) {
+	var latest *termSpan
+	for _, t := range sortedTerms(terms) {
+		if latest != nil && t.id.Start.Before(latest.end()) {
+			r.violate(PropNoOverlap, "term %s began at %s while term %s held the lease until %s (overlap %v)",
+				fmtTerm(t.id), fmtTime(t.id.Start), fmtTerm(latest.id), fmtTime(latest.end()), latest.end().Sub(t.id.Start))
+		}
+		if latest == nil || t.end().After(latest.end()) {
+			latest = t
+		}
+	}
+}
+
+// checkWithinLease: property 1b, on the accepted units.
+func checkWithinLease(r *Report, events []Event, units []Unit, terms map[TermID]*termSpan) {
+	writes := map[int64]Event{}
+	for _, e := range events {
+		if e.Kind == KindWrite && e.Result == OK {
+			writes[e.ID] = e
+		}
+	}
+	wrote := map[TermID]bool{}
+	for _, u := range units {
+		t := terms[u.termID()]
+		if t == nil {
+			r.violate(PropWithinLease, "unit %d (%s seq %d) was written by term %s, which never held the lease",
+				u.ID, u.Owner, u.Seq, fmtTerm(u.termID()))
+			continue
+		}
+		wrote[t.id] = true
+		at := u.at()
+		if at.Before(t.id.Start) {
+			r.violate(PropWithinLease, "unit %d of term %s committed at %s, before the term began", u.ID, fmtTerm(t.id), fmtTime(at))
+		}
+		if !t.wiped.IsZero() && at.After(t.wiped) {
+			r.WritesAfterWipe++
+		}
+		end := t.entitled()
+		if !at.After(end) {
+			continue
+		}
+		late := at.Sub(end)
+		if e, ok := writes[u.ID]; ok && e.Sent.Sub(e.Checked) >= late {
+			r.LateAfterPause++
+			continue
+		}
+		r.violate(PropWithinLease, "unit %d (seq %d) of term %s committed at %s, %v after its lease ended at %s",
+			u.ID, u.Seq, fmtTerm(t.id), fmtTime(at), late, fmtTime(end))
+	}
+	r.TermsWrote = len(wrote)
+}
+
+// checkMonotonic: property 2, in the log's id order, which is commit
+// order: the fenced UPDATE takes the digest row's lock before the log row
+// draws its id, and holds it until commit, so writers draw ids in the order
+// they commit. The log's own clock readings (and commit timestamps, when
+// tracked) must agree.
+func checkMonotonic(r *Report, tables Tables) {
+	var prev *Unit
+	for i := range tables.Units {
+		u := &tables.Units[i]
+		if prev != nil {
+			switch {
+			case u.Token < prev.Token:
+				r.violate(PropMonotonic, "unit %d with token %d (term %s) was accepted after unit %d with token %d (term %s)",
+					u.ID, u.Token, fmtTerm(u.termID()), prev.ID, prev.Token, fmtTerm(prev.termID()))
+			case u.Token == prev.Token && u.termID() != prev.termID():
+				r.violate(PropMonotonic, "two terms with token %d both wrote: unit %d of %s follows unit %d of %s",
+					u.Token, u.ID, fmtTerm(u.termID()), prev.ID, fmtTerm(prev.termID()))
+			}
+			if u.LoggedAt.Before(prev.LoggedAt) || (tables.CommitTimes && u.Committed.Before(prev.Committed)) {
+				r.violate(PropMonotonic, "units %d and %d are not in commit order (logged %s then %s; committed %s then %s)",
+					prev.ID, u.ID, fmtTime(prev.LoggedAt), fmtTime(u.LoggedAt), fmtTime(prev.Committed), fmtTime(u.Committed))
+			}
+		}
+		prev = u
+	}
+	if prev != nil && tables.Fence < prev.Token {
+		r.violate(PropMonotonic, "the digest's fence is %d, below the last accepted token %d", tables.Fence, prev.Token)
+	}
+}
+
+// checkNoLoss: property 3.
+func checkNoLoss(r *Report, events []Event, units []Unit) {
+	byID := make(map[int64]*Unit, len(units))
+	for i := range units {
+		byID[units[i].ID] = &units[i]
+	}
+	for _, e := range events {
+		if e.Kind != KindWrite || e.Result != OK {
+			continue
+		}
+		u := byID[e.ID]
+		if u == nil || u.termID() != e.termID() || u.Seq != e.Seq {
+			r.violate(PropNoLoss, "%s's unit seq %d of term %s was acknowledged as row %d, which the log does not hold",
+				e.Owner, e.Seq, fmtTerm(e.termID()), e.ID)
+		}
+	}
+	next := map[TermID]int{}
+	for _, u := range units {
+		want := next[u.termID()] + 1
+		if u.Seq != want {
+			r.violate(PropNoLoss, "term %s logged seq %d where seq %d was due (unit %d)", fmtTerm(u.termID()), u.Seq, want, u.ID)
+		}
+		next[u.termID()] = max(u.Seq, next[u.termID()])
+	}
+}
+
+// checkRecovery: property 4. After each heal, some unit must be accepted
+// within TTL + CampaignEvery.
+func checkRecovery(r *Report, events []Event, units []Unit) {
+	for _, e := range events {
+		if e.Kind != KindHeal {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(units, e.DB, func(u Unit, t time.Time) int { return u.LoggedAt.Compare(t) })
+		if i == len(units) {
+			r.violate(PropRecovery, "no unit was accepted after the heal at %s", fmtTime(e.DB))
+			continue
+		}
+		took := units[i].LoggedAt.Sub(e.DB)
+		r.Recoveries = append(r.Recoveries, took)
+		if took > r.RecoveryBound {
+			r.violate(PropRecovery, "after the heal at %s the first unit was accepted %v later (bound %v)",
+				fmtTime(e.DB), took.Round(time.Millisecond), r.RecoveryBound)
+		}
+	}
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("15:04:05.000000")
+}
+
+func fmtTerm(id TermID) string {
+	return fmt.Sprintf("(%s, token %d, from %s)", id.Owner, id.Token, fmtTime(id.Start))
+}

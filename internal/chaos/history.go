@@ -1,0 +1,157 @@
+package chaos
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Kind says what an Event records.
+type Kind string
+
+// The kinds of events. Replicas record acquire, renew, release, claim,
+// write and term-end; the harness records the rest.
+const (
+	KindAcquire Kind = "acquire" // a campaign's acquire: won (ok), held by another (refused), or failed
+	KindRenew   Kind = "renew"   // a renewal: extended (ok), lost, or failed
+	KindRelease Kind = "release" // a release: freed (ok), no longer ours (refused), or failed
+	KindClaim   Kind = "claim"   // the Claim hook: the store's fence was lower (ok), or not (refused)
+	KindWrite   Kind = "write"   // one unit: acknowledged (ok), fenced (refused), or failed
+	KindTermEnd Kind = "term-end"
+	KindStart   Kind = "start" // a replica incarnation started
+	KindStop    Kind = "stop"  // a replica incarnation stopped (Detail: graceful or crash)
+	KindFault   Kind = "fault" // a fault began (Fault names it)
+	KindFaultUp Kind = "fault-end"
+	KindWipe    Kind = "wipe" // the lease rows were deleted, at DB
+	KindHeal    Kind = "heal" // every fault healed, at DB: a leader must be back soon
+)
+
+// Result is an operation's outcome.
+type Result string
+
+// The outcomes.
+const (
+	OK      Result = "ok"
+	Refused Result = "refused" // the database answered no: held, fenced, not ours
+	Lost    Result = "lost"    // a renewal found the lease no longer the term's
+	Failed  Result = "error"   // no answer: the outcome is unknown
+)
+
+// Event is one entry of a run's history. Times named Local are on the
+// recording process's wall clock; DB, Term and Expires are on the
+// database's clock (clock_timestamp()). A zero field does not apply.
+type Event struct {
+	Kind    Kind   `json:"kind"`
+	Replica int    `json:"replica"`
+	Owner   string `json:"owner,omitempty"`
+	Result  Result `json:"result,omitempty"`
+	Token   int64  `json:"token,omitempty"`
+	// Term is the database time of the term's winning acquire: with Owner
+	// and Token it identifies the term even when tokens restart after the
+	// lease data was lost.
+	Term    time.Time `json:"term,omitzero"`
+	DB      time.Time `json:"db,omitzero"`
+	Expires time.Time `json:"expires,omitzero"`
+	Seq     int       `json:"seq,omitempty"`
+	// ID is the log row of an acknowledged write.
+	ID int64 `json:"id,omitempty"`
+	// Local is when the event was recorded; Sent when the statement was
+	// sent; Checked, for a write, when the body last saw Live true.
+	Local   time.Time `json:"local"`
+	Sent    time.Time `json:"sent,omitzero"`
+	Checked time.Time `json:"checked,omitzero"`
+	Fault   string    `json:"fault,omitempty"`
+	Detail  string    `json:"detail,omitempty"`
+	Err     string    `json:"err,omitempty"`
+}
+
+// TermID identifies a term: its holder, token and the database time of its
+// winning acquire.
+type TermID struct {
+	Owner string
+	Token int64
+	Start time.Time
+}
+
+func (e Event) termID() TermID { return TermID{e.Owner, e.Token, instant(e.Term)} }
+
+// instant normalizes t for use in a comparable key: no monotonic reading,
+// UTC.
+func instant(t time.Time) time.Time { return t.Round(0).UTC() }
+
+// Sink receives events. Implementations are safe for concurrent use.
+type Sink interface {
+	Record(Event)
+}
+
+// History is an in-memory Sink: the events of a run in the order they
+// were recorded. It is safe for concurrent use.
+type History struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+// Record appends e, stamping Local if it is zero.
+func (h *History) Record(e Event) {
+	if e.Local.IsZero() {
+		e.Local = time.Now()
+	}
+	h.mu.Lock()
+	h.events = append(h.events, e)
+	h.mu.Unlock()
+}
+
+// Events returns a copy of the events recorded so far.
+func (h *History) Events() []Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.events)
+}
+
+// WriteJSON writes the events as JSON lines.
+func (h *History) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	for _, e := range h.Events() {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// jsonSink writes each event as one JSON line, for a replica process whose
+// parent collects its standard output.
+type jsonSink struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *jsonSink) Record(e Event) {
+	if e.Local.IsZero() {
+		e.Local = time.Now()
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	b = append(b, '\n')
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = s.w.Write(b) // one write per line: a killed process leaves at most one torn line
+}
+
+// readEvents records every JSON line read from r into sink, skipping lines
+// that do not parse (a process killed mid-line), until r ends.
+func readEvents(r io.Reader, sink Sink) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		var e Event
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Kind != "" {
+			sink.Record(e)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pgleader/pgleader/pgleader"
+)
+
+// Config is one chaos run.
+type Config struct {
+	HarnessConfig
+	// Seed drives the fault scheduler.
+	Seed uint64
+	// Duration is how long faults are injected, before the final heal.
+	Duration time.Duration
+	// Faults are the kinds to inject. Default AllFaults (FaultPGRestart
+	// only with Restart).
+	Faults []string
+	// Restart, if set, restarts the database server: the own cluster's
+	// Restart. Never set it for a server others use.
+	Restart func(ctx context.Context, immediate bool, down time.Duration) error
+	// Log receives progress lines. Default io.Discard.
+	Log io.Writer
+}
+
+// Outcome is what a run leaves: its history, the tables, and the verdict.
+type Outcome struct {
+	Seed   uint64
+	Spec   pgleader.Spec
+	Events []Event
+	Tables Tables
+	Report *Report
+}
+
+// Run starts the replicas, injects faults for cfg.Duration, heals
+// everything, waits for a leader to write, stops the replicas, reads the
+// tables and checks the history.
+func Run(ctx context.Context, cfg Config) (*Outcome, error) {
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	if cfg.Faults == nil {
+		cfg.Faults = AllFaults
+	}
+	h, err := NewHarness(ctx, cfg.HarnessConfig)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	if err := h.StartAll(); err != nil {
+		return nil, err
+	}
+	spec := h.Spec()
+	// Let the first leader settle before the first fault.
+	sleepCtx(ctx, spec.TTL)
+	s := NewScheduler(h, cfg.Seed, cfg.Faults, cfg.Restart, cfg.Log)
+	if err := s.Run(ctx, cfg.Duration); err != nil {
+		return nil, err
+	}
+	h.StopAll() // the last terms end as stopped and release
+	tables, err := h.Tables(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read the tables: %w", err)
+	}
+	events := h.History().Events()
+	return &Outcome{Seed: cfg.Seed, Spec: spec, Events: events, Tables: tables, Report: Check(events, tables, spec)}, nil
+}
+
+// Summary writes the report's figures and violations.
+func (r *Report) Summary(w io.Writer) {
+	fmt.Fprintf(w, "run length:          %v\n", r.End.Sub(r.Start).Round(time.Second))
+	total := 0
+	for _, n := range r.Faults {
+		total += n
+	}
+	fmt.Fprintf(w, "faults:              %d (%s)\n", total, counts(r.Faults))
+	fmt.Fprintf(w, "terms:               %d acquired, %d wrote (ends: %s)\n", r.Terms, r.TermsWrote, counts(r.EndReasons))
+	fmt.Fprintf(w, "writes accepted:     %d (%d acknowledged to a replica)\n", r.Writes, r.Acked)
+	fmt.Fprintf(w, "stale writes refused: %d (claims refused %d, writes without answer %d)\n", r.StaleRefused, r.ClaimsRefused, r.WriteErrors)
+	fmt.Fprintf(w, "lease wipes:         %d (units written after their lease row was wiped: %d)\n", r.Wipes, r.WritesAfterWipe)
+	fmt.Fprintf(w, "late after a pause:  %d (units paused between Live and send, landed after the lease)\n", r.LateAfterPause)
+	if len(r.Recoveries) > 0 {
+		worst := slices.Max(r.Recoveries)
+		var sum time.Duration
+		for _, d := range r.Recoveries {
+			sum += d
+		}
+		fmt.Fprintf(w, "recoveries:          %d heals, leader back in mean %v, max %v (bound %v)\n", len(r.Recoveries),
+			(sum / time.Duration(len(r.Recoveries))).Round(time.Millisecond), worst.Round(time.Millisecond), r.RecoveryBound)
+	}
+	fmt.Fprintf(w, "violations:          %d\n", len(r.Violations))
+	for i, v := range r.Violations {
+		if i == 50 {
+			fmt.Fprintf(w, "  … and %d more\n", len(r.Violations)-i)
+			break
+		}
+		fmt.Fprintf(w, "  %s\n", v)
+	}
+}
+
+func counts(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,230 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgleader/pgleader/sqlfence"
+)
+
+// schema is the run's fenced store and its instrumentation:
+//
+//   - chaos_digest, the recipe's table: one row whose fence column is the
+//     highest token that claimed or wrote it;
+//   - chaos_log, one row per accepted unit, inserted by the same statement
+//     as the fenced write, so only accepted units are logged;
+//   - chaos_lease_audit, every change to pgleader.lease, recorded by a
+//     trigger in the changing transaction: the lease's own history on the
+//     database clock, including renewals whose answer the replica never got.
+const schema = `
+CREATE TABLE IF NOT EXISTS chaos_digest (name text PRIMARY KEY, body text, fence bigint);
+CREATE TABLE IF NOT EXISTS chaos_log (
+    id         bigserial   PRIMARY KEY,
+    owner      text        NOT NULL,
+    token      bigint      NOT NULL,
+    term_start timestamptz NOT NULL,
+    seq        int         NOT NULL,
+    logged_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS chaos_lease_audit (
+    id           bigserial   PRIMARY KEY,
+    op           text        NOT NULL,
+    at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    key          text        NOT NULL,
+    old_holder   text, old_token bigint, old_acquired timestamptz, old_expires timestamptz,
+    new_holder   text, new_token bigint, new_acquired timestamptz, new_expires timestamptz
+);
+CREATE OR REPLACE FUNCTION chaos_lease_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO chaos_lease_audit (op, key, new_holder, new_token, new_acquired, new_expires)
+        VALUES (TG_OP, NEW.key, NEW.holder, NEW.token, NEW.acquired_at, NEW.expires_at);
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO chaos_lease_audit (op, key, old_holder, old_token, old_acquired, old_expires)
+        VALUES (TG_OP, OLD.key, OLD.holder, OLD.token, OLD.acquired_at, OLD.expires_at);
+    ELSE
+        INSERT INTO chaos_lease_audit (op, key, old_holder, old_token, old_acquired, old_expires,
+                                       new_holder, new_token, new_acquired, new_expires)
+        VALUES (TG_OP, NEW.key, OLD.holder, OLD.token, OLD.acquired_at, OLD.expires_at,
+                NEW.holder, NEW.token, NEW.acquired_at, NEW.expires_at);
+    END IF;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS chaos_lease_audit ON pgleader.lease;
+CREATE TRIGGER chaos_lease_audit AFTER INSERT OR UPDATE OR DELETE ON pgleader.lease
+    FOR EACH ROW EXECUTE FUNCTION chaos_lease_audit();`
+
+// digest is the column fence of the store, used for Claim and Floor.
+var digest = sqlfence.Column{Table: pgx.Identifier{"chaos_digest"}, KeyColumn: "name", FenceColumn: "fence"}
+
+// The unit's write: sqlfence's column-fence write (fence <= token) and the
+// log insert in one statement, so the log row commits with the write or not
+// at all. brokenWrite drops the fence condition, for the checker's
+// self-test only.
+const (
+	fencedWrite = `
+WITH w AS (UPDATE chaos_digest SET body = $3::text || ' #' || $5::int, fence = $2
+            WHERE name = $1 AND (fence IS NULL OR fence <= $2) RETURNING 1)
+INSERT INTO chaos_log (owner, token, term_start, seq) SELECT $3, $2, $4, $5 FROM w
+RETURNING id, logged_at`
+	brokenWrite = `
+WITH w AS (UPDATE chaos_digest SET body = $3::text || ' #' || $5::int, fence = $2
+            WHERE name = $1 RETURNING 1)
+INSERT INTO chaos_log (owner, token, term_start, seq) SELECT $3, $2, $4, $5 FROM w
+RETURNING id, logged_at`
+)
+
+// Setup creates the store's tables, its row for key, and the lease audit
+// trigger, in a database that has pgleader's migrations.
+func Setup(ctx context.Context, db sqlfence.Querier, key string) error {
+	if _, err := db.Exec(ctx, schema); err != nil {
+		return fmt.Errorf("chaos: create the store: %w", err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO chaos_digest (name, fence) VALUES ($1, 0) ON CONFLICT DO NOTHING`, key); err != nil {
+		return fmt.Errorf("chaos: create the digest row: %w", err)
+	}
+	return nil
+}
+
+// store is one replica's view of the fenced store, over its store path.
+type store struct {
+	db     sqlfence.Querier
+	key    string
+	broken bool
+}
+
+// claim is the recipe's claim through sqlfence: it reports whether the
+// stored fence was lower than token.
+func (s store) claim(ctx context.Context, token int64) (bool, error) {
+	err := digest.Claim(ctx, s.db, s.key, token)
+	if errors.Is(err, sqlfence.ErrFenced) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (s store) floor(ctx context.Context) (int64, error) {
+	return digest.Floor(ctx, s.db, s.key)
+}
+
+// write publishes one unit. It returns the log row's id and database time
+// if the store accepted it, ok = false if the fence refused it.
+func (s store) write(ctx context.Context, owner string, token int64, term time.Time, seq int) (id int64, at time.Time, ok bool, err error) {
+	sql := fencedWrite
+	if s.broken {
+		sql = brokenWrite
+	}
+	err = s.db.QueryRow(ctx, sql, s.key, token, owner, term, seq).Scan(&id, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, time.Time{}, false, nil
+	}
+	return id, at, err == nil, err
+}
+
+// Unit is one row of chaos_log: a unit the store accepted.
+type Unit struct {
+	ID        int64
+	Owner     string
+	Token     int64
+	TermStart time.Time
+	Seq       int
+	// LoggedAt is clock_timestamp() when the row was inserted, within the
+	// accepting statement; Committed is its transaction's commit time when
+	// the server tracks commit timestamps, else zero.
+	LoggedAt, Committed time.Time
+}
+
+func (u Unit) termID() TermID { return TermID{u.Owner, u.Token, instant(u.TermStart)} }
+
+// at is the unit's best known commit time on the database clock.
+func (u Unit) at() time.Time {
+	if !u.Committed.IsZero() {
+		return u.Committed
+	}
+	return u.LoggedAt
+}
+
+// LeaseChange is one row of chaos_lease_audit: one change to a lease row,
+// with the row before (Old…) and after (New…); an INSERT has no Old, a
+// DELETE no New.
+type LeaseChange struct {
+	ID                                         int64
+	Op                                         string
+	At                                         time.Time
+	OldHolder                                  string
+	OldToken                                   int64
+	OldAcquired, OldExpires                    time.Time
+	NewHolder                                  string
+	NewToken                                   int64
+	NewAcquired, NewExpires                    time.Time
+}
+
+// Tables is what the checker reads from the database after a run.
+type Tables struct {
+	Units   []Unit
+	Changes []LeaseChange
+	// Fence is the digest row's fence at the end.
+	Fence int64
+	// CommitTimes is whether Units carry commit timestamps.
+	CommitTimes bool
+}
+
+// ReadTables reads the log, the lease audit and the fence for key.
+func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, error) {
+	q, ok := db.(interface {
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+	})
+	if !ok {
+		return Tables{}, errors.New("chaos: ReadTables needs a DB that can Query")
+	}
+	var t Tables
+	var track string
+	if err := db.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp')`).Scan(&track); err != nil {
+		return t, err
+	}
+	t.CommitTimes = track == "on"
+	committed := "NULL::timestamptz"
+	if t.CommitTimes {
+		committed = "pg_xact_commit_timestamp(xmin)"
+	}
+	rows, err := q.Query(ctx, `SELECT id, owner, token, term_start, seq, logged_at, `+committed+` FROM chaos_log ORDER BY id`)
+	if err != nil {
+		return t, err
+	}
+	t.Units, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unit, error) {
+		var u Unit
+		var c pgtype.Timestamptz
+		err := r.Scan(&u.ID, &u.Owner, &u.Token, &u.TermStart, &u.Seq, &u.LoggedAt, &c)
+		u.Committed = c.Time
+		return u, err
+	})
+	if err != nil {
+		return t, err
+	}
+	rows, err = q.Query(ctx, `SELECT id, op, at, old_holder, old_token, old_acquired, old_expires,
+	        new_holder, new_token, new_acquired, new_expires FROM chaos_lease_audit WHERE key = $1 ORDER BY id`, key)
+	if err != nil {
+		return t, err
+	}
+	t.Changes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (LeaseChange, error) {
+		var c LeaseChange
+		var oh, nh pgtype.Text
+		var ot, nt pgtype.Int8
+		var oa, oe, na, ne pgtype.Timestamptz
+		err := r.Scan(&c.ID, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne)
+		c.OldHolder, c.OldToken, c.OldAcquired, c.OldExpires = oh.String, ot.Int64, oa.Time, oe.Time
+		c.NewHolder, c.NewToken, c.NewAcquired, c.NewExpires = nh.String, nt.Int64, na.Time, ne.Time
+		return c, err
+	})
+	if err != nil {
+		return t, err
+	}
+	t.Fence, err = digest.Floor(ctx, db, key)
+	return t, err
+}
