@@ -154,15 +154,15 @@ func (u Unit) at() time.Time {
 // with the row before (Old…) and after (New…); an INSERT has no Old, a
 // DELETE no New.
 type LeaseChange struct {
-	ID                                         int64
-	Op                                         string
-	At                                         time.Time
-	OldHolder                                  string
-	OldToken                                   int64
-	OldAcquired, OldExpires                    time.Time
-	NewHolder                                  string
-	NewToken                                   int64
-	NewAcquired, NewExpires                    time.Time
+	ID                      int64
+	Op                      string
+	At                      time.Time
+	OldHolder               string
+	OldToken                int64
+	OldAcquired, OldExpires time.Time
+	NewHolder               string
+	NewToken                int64
+	NewAcquired, NewExpires time.Time
 }
 
 // Tables is what the checker reads from the database after a run.
