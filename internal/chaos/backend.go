@@ -17,9 +17,10 @@ var errCrashed = errors.New("chaos: the replica crashed")
 // stop-the-world pause in goroutine mode. Waiting ignores contexts, as a
 // paused process would. The zero gate is open.
 type gate struct {
-	mu     sync.Mutex
-	paused chan struct{} // non-nil while paused; closed on resume
-	dead   chan struct{} // closed when the replica crashed
+	mu      sync.Mutex
+	paused  chan struct{} // non-nil while paused; closed on resume
+	dead    chan struct{} // closed when the replica crashed
+	waiters int           // goroutines held now
 }
 
 func newGate() *gate { return &gate{dead: make(chan struct{})} }
@@ -32,13 +33,15 @@ func (g *gate) pause() {
 	}
 }
 
-func (g *gate) resume() {
+// resume opens the gate and returns how many goroutines it held.
+func (g *gate) resume() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.paused != nil {
 		close(g.paused)
 		g.paused = nil
 	}
+	return g.waiters
 }
 
 // kill makes every wait, now and later, return errCrashed.
@@ -59,12 +62,18 @@ func (g *gate) wait() error {
 	}
 	g.mu.Lock()
 	paused, dead := g.paused, g.dead
+	if paused != nil {
+		g.waiters++
+	}
 	g.mu.Unlock()
 	if paused != nil {
 		select {
 		case <-paused:
 		case <-dead:
 		}
+		g.mu.Lock()
+		g.waiters--
+		g.mu.Unlock()
 	}
 	select {
 	case <-dead:
@@ -81,11 +90,30 @@ func (g *gate) wait() error {
 // three; a pause inside a unit closes loop and write, so the body is caught
 // after it has seen Live true. In process mode they are nil (always open):
 // SIGSTOP pauses the process.
+//
+// On resume, a write held at its gate goes first, and the loop only once
+// that write has returned (or after a second): the adversarial order, in
+// which a paused leader's write lands before its renewal can learn the
+// lease is lost.
 type gates struct {
 	loop, unit, write *gate
+	wrote             chan struct{} // signalled by the body after each write
 }
 
-func newGates() *gates { return &gates{newGate(), newGate(), newGate()} }
+func newGates() *gates {
+	return &gates{newGate(), newGate(), newGate(), make(chan struct{}, 1)}
+}
+
+// written tells resume that a write returned.
+func (g *gates) written() {
+	if g.wrote == nil {
+		return
+	}
+	select {
+	case g.wrote <- struct{}{}:
+	default:
+	}
+}
 
 func (g *gates) pause(inUnit bool) {
 	g.loop.pause()
@@ -96,9 +124,18 @@ func (g *gates) pause(inUnit bool) {
 }
 
 func (g *gates) resume() {
-	g.loop.resume()
+	select {
+	case <-g.wrote: // a signal from before the pause
+	default:
+	}
+	if g.write.resume() > 0 {
+		select {
+		case <-g.wrote:
+		case <-time.After(time.Second):
+		}
+	}
 	g.unit.resume()
-	g.write.resume()
+	g.loop.resume()
 }
 
 func (g *gates) kill() {

@@ -152,6 +152,7 @@ func (r *replica) lead(ctx context.Context, t *pgleader.Term) error {
 		}
 		e.Sent = time.Now()
 		id, at, ok, err := r.store.write(ctx, r.cfg.Owner, t.Token(), e.Term, seq)
+		r.gates.written()
 		switch {
 		case err != nil:
 			e.Result, e.Err = Failed, err.Error()

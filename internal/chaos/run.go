@@ -74,7 +74,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 
 // Summary writes the report's figures and violations.
 func (r *Report) Summary(w io.Writer) {
-	fmt.Fprintf(w, "run length:          %v\n", r.End.Sub(r.Start).Round(time.Second))
+	fmt.Fprintf(w, "run length:          %v\n", r.End.Sub(r.Start).Round(100*time.Millisecond))
 	total := 0
 	for _, n := range r.Faults {
 		total += n

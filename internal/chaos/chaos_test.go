@@ -1,0 +1,66 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgleader/pgleader/internal/chaos"
+	"github.com/pgleader/pgleader/internal/pgtest"
+)
+
+// CI's short seeded runs. A failure prints the seed and the checker's
+// report; `go run ./cmd/pgleader-chaos -seed N` replays the same faults.
+
+func shortRun(t *testing.T, cfg chaos.Config) *chaos.Outcome {
+	t.Helper()
+	db := pgtest.New(t)
+	cfg.URL = db.URL
+	cfg.Spec = fastSpec()
+	cfg.NoFloor, cfg.PollOnly = []int{2}, []int{1}
+	var log strings.Builder
+	cfg.Log = &log
+	out, err := chaos.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	out.Report.Summary(&b)
+	t.Logf("seed %d\n%s\n%s", cfg.Seed, log.String(), b.String())
+	if !out.Report.OK() {
+		t.Fatalf("seed %d broke a property: %v", cfg.Seed, out.Report.Violations)
+	}
+	if out.Report.Writes == 0 || out.Report.Terms < 2 || len(out.Report.Recoveries) == 0 {
+		t.Fatalf("seed %d: the run did too little to prove anything: %+v", cfg.Seed, out.Report)
+	}
+	return out
+}
+
+// everyFaultBut returns every fault kind except the server restart, which
+// needs a cluster of the test's own.
+func everyFaultBut(skip ...string) []string {
+	var out []string
+	for _, f := range chaos.AllFaults {
+		if !slices.Contains(skip, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// TestChaosShort runs three goroutine replicas for a minute under every
+// fault but the server restart.
+func TestChaosShort(t *testing.T) {
+	shortRun(t, chaos.Config{Seed: 20260601, Duration: 60 * time.Second, Faults: everyFaultBut(chaos.FaultPGRestart)})
+}
+
+// TestChaosProcesses runs three replica processes (this test binary,
+// re-executed) for a shorter while: stops and crashes are real, pauses are
+// SIGSTOP.
+func TestChaosProcesses(t *testing.T) {
+	shortRun(t, chaos.Config{Seed: 7, Duration: 20 * time.Second, Faults: everyFaultBut(chaos.FaultPGRestart),
+		HarnessConfig: chaos.HarnessConfig{Command: []string{os.Args[0]}}})
+}
