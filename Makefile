@@ -2,6 +2,7 @@
 
 GO        ?= go
 STATICCHECK_VERSION := v0.8.2
+DURATION  ?= 2m
 
 .DEFAULT_GOAL := help
 
@@ -27,3 +28,7 @@ demo: ## Tell the recipe's story against PostgreSQL (examples/handover; finds a 
 .PHONY: bench
 bench: ## Measure handover, failover, database load and fenced-write cost; prints a table (docs/benchmarks.md).
 	$(GO) run ./cmd/pgleader-bench $(BENCHFLAGS)
+
+.PHONY: chaos
+chaos: ## Inject faults for DURATION (default 2m) into replicas on a throwaway cluster; check safety (docs/safety.md).
+	$(GO) run ./cmd/pgleader-chaos -duration $(DURATION) -own-cluster
