@@ -169,19 +169,25 @@ func (e *Elector) Run(ctx context.Context) error {
 	}
 	defer e.running.Unlock()
 
+	// Watch while campaigning only: a leader has no use for lease events,
+	// and its LISTEN connection, if no other elector of the backend needs
+	// it, is closed while it leads.
 	var events <-chan Event
-	if e.watcher != nil {
-		var stop func()
-		events, stop = e.watcher.Watch(e.spec.Key)
-		defer stop()
+	unwatch := func() {}
+	watch := func() {
+		if e.watcher != nil {
+			events, unwatch = e.watcher.Watch(e.spec.Key)
+		}
 	}
+	watch()
+	defer func() { unwatch() }()
 
 	failures := 0
 	for ctx.Err() == nil {
 		drain(events) // what happened before this campaign, it will see
-		lease, won, err := e.campaign(ctx)
+		lease, sent, won, err := e.campaign(ctx)
 		switch {
-		case ctx.Err() != nil:
+		case err != nil && ctx.Err() != nil:
 			return nil
 		case err != nil:
 			failures++
@@ -192,10 +198,21 @@ func (e *Elector) Run(ctx context.Context) error {
 			}
 		case won:
 			failures = 0
+			if e.leadUnwatched(ctx, lease.Token, sent, unwatch) {
+				unwatch = func() {}
+				if ctx.Err() == nil {
+					watch()
+				}
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
 			// Let other candidates, woken by the release, take a turn.
 			if !sleep(ctx, e.spec.CampaignEvery) {
 				return nil
 			}
+		case ctx.Err() != nil:
+			return nil
 		default:
 			failures = 0
 			if !e.waitForExpiry(ctx, lease, events) {
@@ -204,6 +221,30 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// leadUnwatched runs the term, and stops watching once the term has lasted
+// RenewEvery: by then it is settled, and the LISTEN connection's shutdown
+// no longer competes with its first writes for the CPU. A short term keeps
+// watching. It reports whether it called unwatch.
+func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time, unwatch func()) bool {
+	done, closed := make(chan struct{}), make(chan struct{})
+	unwatched := false
+	go func() {
+		defer close(closed)
+		t := time.NewTimer(e.spec.RenewEvery)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			unwatch()
+			unwatched = true
+		case <-done:
+		}
+	}()
+	e.lead(ctx, token, sent)
+	close(done)
+	<-closed
+	return unwatched
 }
 
 // waitForExpiry waits while lease is held by another term: until its expiry,
@@ -265,28 +306,25 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
-// campaign reads the fence floor, tries to acquire above it, and runs the
-// term if it won. It returns the lease as the backend saw it.
-func (e *Elector) campaign(ctx context.Context) (Lease, bool, error) {
+// campaign reads the fence floor and tries to acquire above it. It returns
+// the lease as the backend saw it, and when the acquire was sent.
+func (e *Elector) campaign(ctx context.Context) (Lease, time.Time, bool, error) {
 	var floor int64
 	if e.opts.FenceFloor != nil && e.advancer != nil {
 		var err error
 		if floor, err = e.opts.FenceFloor(ctx); err != nil {
-			return Lease{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
+			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
 		}
 		if err := CheckFloor(floor); err != nil {
-			return Lease{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
+			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
 		}
 	}
 	sent := time.Now()
 	lease, won, err := e.acquire(ctx, floor)
 	if err != nil {
-		return Lease{}, false, e.fail(err)
+		return Lease{}, time.Time{}, false, e.fail(err)
 	}
-	if won {
-		e.lead(ctx, lease.Token, sent)
-	}
-	return lease, won, nil
+	return lease, sent, won, nil
 }
 
 // acquire advances the counter to floor while the lease is free and

@@ -25,7 +25,7 @@ func untilEnding(ctx context.Context, t *pgleader.Term) error {
 // slowPollSpec polls so rarely that a candidate that leads within a test
 // can only have been woken by a notification.
 func slowPollSpec(key string) pgleader.Spec {
-	return pgleader.Spec{Key: key, TTL: 10 * time.Minute, CampaignEvery: 5 * time.Minute}
+	return pgleader.Spec{Key: key, TTL: 10 * time.Minute, CampaignEvery: 5 * time.Minute, RenewEvery: time.Second}
 }
 
 func startOn(t *testing.T, b pgleader.Backend, spec pgleader.Spec, owner string) *pgRun {
@@ -68,10 +68,14 @@ func TestNotifyWakesCandidate(t *testing.T) {
 	if tok := b.el.Status().Token; tok != 2 {
 		t.Fatalf("b leads with token %d, want 2", tok)
 	}
+	// A leader needs no lease events: once its term has lasted RenewEvery,
+	// with no candidate left on its backend, the LISTEN connection closes.
+	waitFor(t, "b's LISTEN connection to close while it leads", func() bool { return !bBackend.Listening() })
 }
 
-// TestListenFallbackAndReconnect cuts the LISTEN connection: the candidate
-// falls back to polling, still takes over, and the listener reconnects.
+// TestListenFallbackAndReconnect cuts the LISTEN connection: the listener
+// reconnects, and while it cannot, the candidate falls back to polling and
+// still takes over.
 func TestListenFallbackAndReconnect(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -96,19 +100,23 @@ func TestListenFallbackAndReconnect(t *testing.T) {
 	b := startOn(t, bBackend, spec, "b")
 	waitFor(t, "b to listen", bBackend.Listening)
 
+	// The LISTEN connection drops and comes back: the listener reconnects.
+	accepted := proxy.Accepted()
+	proxy.Cut()
+	waitFor(t, "b to notice the lost LISTEN connection", func() bool { return !bBackend.Listening() })
+	proxy.Restore()
+	waitFor(t, "b's listener to reconnect", bBackend.Listening)
+	if proxy.Accepted() <= accepted {
+		t.Fatal("listening again without a new connection through the proxy")
+	}
+
+	// It drops for good: b falls back to polling and still takes over.
 	proxy.Cut()
 	waitFor(t, "b to notice the lost LISTEN connection", func() bool { return !bBackend.Listening() })
 	a.stopNow(t) // its release notification cannot reach b
 	waitFor(t, "b to lead by polling", func() bool { return b.el.Status().Leading })
 	if bBackend.Listening() {
 		t.Fatal("b's listener is back while the proxy refuses connections")
-	}
-
-	accepted := proxy.Accepted()
-	proxy.Restore()
-	waitFor(t, "b's listener to reconnect", bBackend.Listening)
-	if proxy.Accepted() <= accepted {
-		t.Fatal("listening again without a new connection through the proxy")
 	}
 }
 
