@@ -38,6 +38,7 @@ type Violation struct {
 	Detail   string
 }
 
+// String returns "property P: detail".
 func (v Violation) String() string { return "property " + v.Property + ": " + v.Detail }
 
 // Report is the checker's verdict and the run's figures.

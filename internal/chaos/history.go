@@ -129,6 +129,7 @@ type jsonSink struct {
 	w  io.Writer
 }
 
+// Record writes e as one line.
 func (s *jsonSink) Record(e Event) {
 	if e.Local.IsZero() {
 		e.Local = time.Now()
