@@ -67,6 +67,9 @@ type Report struct {
 	Recoveries []time.Duration
 	// RecoveryBound is TTL + CampaignEvery.
 	RecoveryBound time.Duration
+	// CommitTimes is whether the log's id order was checked against the
+	// transactions' commit timestamps, not only clock_timestamp() at insert.
+	CommitTimes bool
 	// EndReasons counts how terms ended, as the replicas saw it.
 	EndReasons map[string]int
 	// Violations lists every breach found; a run passes with none.
@@ -157,7 +160,7 @@ func Check(events []Event, tables Tables, spec pgleader.Spec) *Report {
 			}
 		}
 	}
-	r.Writes = len(tables.Units)
+	r.Writes, r.CommitTimes = len(tables.Units), tables.CommitTimes
 
 	terms := buildTerms(r, events, tables.Changes)
 	r.Terms = len(terms)

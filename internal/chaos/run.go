@@ -94,6 +94,11 @@ func (r *Report) Summary(w io.Writer) {
 		fmt.Fprintf(w, "recoveries:          %d heals, leader back in mean %v, max %v (bound %v)\n", len(r.Recoveries),
 			(sum / time.Duration(len(r.Recoveries))).Round(time.Millisecond), worst.Round(time.Millisecond), r.RecoveryBound)
 	}
+	order := "clock_timestamp() at insert (the server does not track commit timestamps)"
+	if r.CommitTimes {
+		order = "commit timestamps"
+	}
+	fmt.Fprintf(w, "commit order:        log id order checked against %s\n", order)
 	fmt.Fprintf(w, "violations:          %d\n", len(r.Violations))
 	for i, v := range r.Violations {
 		if i == 50 {

@@ -226,6 +226,9 @@ var paths = []Path{LeasePath, StorePath, BothPaths}
 
 // inject applies the fault p, unless every replica is already under one.
 func (s *Scheduler) inject(ctx context.Context, p plan) {
+	if p.kind == FaultZombie {
+		p.leader = true // a zombie is a leader by definition
+	}
 	r, ok := s.target(ctx, p)
 	if !ok {
 		return
