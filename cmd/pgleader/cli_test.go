@@ -30,6 +30,7 @@ func TestCLI(t *testing.T) {
 	}{
 		{"Usage", testUsage},
 		{"Migrate", testMigrate},
+		{"MigrateConcurrently", testMigrateConcurrently},
 		{"StatusAndAdvance", testStatusAndAdvance},
 		{"RunStop", testRunStop},
 		{"RunLostLease", testRunLostLease},
@@ -122,6 +123,34 @@ func testMigrate(t *testing.T, bin string) {
 	code, _, stderr := runCLI(t, bin, env, "status")
 	if code != 1 || !strings.Contains(stderr, "run 'pgleader migrate up'") {
 		t.Fatalf("status without the schema: status %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// testMigrateConcurrently has several processes migrate one empty database
+// at once, three times over: every one succeeds and the schema is whole.
+func testMigrateConcurrently(t *testing.T, bin string) {
+	for round := 0; round < 3; round++ {
+		db := pgtest.NewEmpty(t)
+		env := []string{"DATABASE_URL=" + db.URL}
+		var procs []*process
+		for i := 0; i < 4; i++ {
+			procs = append(procs, start(t, bin, t.TempDir(), env, "migrate", "up"))
+		}
+		for i, p := range procs {
+			if code := p.wait(t); code != 0 || p.output(t) != "schema version 2 (this pgleader ships 2)\n" {
+				t.Fatalf("round %d, process %d: status %d, stdout %q, stderr:\n%s", round, i, code, p.output(t), p.errors(t))
+			}
+		}
+		pg := pgleader.NewPostgres(db.Pool, pgleader.PollOnly())
+		if l, ok, err := pg.Acquire(context.Background(), "k", "a", time.Minute); err != nil || !ok || l.Token != 1 {
+			t.Fatalf("round %d: acquire on the migrated database = %+v, %v, %v", round, l, ok, err)
+		}
+		var functions int
+		if err := db.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'pgleader'`).
+			Scan(&functions); err != nil || functions == 0 {
+			t.Fatalf("round %d: %d functions in schema pgleader, %v", round, functions, err)
+		}
 	}
 }
 
