@@ -18,7 +18,7 @@ var (
 
 	// ErrNotMigrated is matched when the database lacks pgleader's schema.
 	ErrNotMigrated = errors.New("pgleader: the pgleader schema is missing or outdated; " +
-		"apply it with migrations.Up(ctx, pool) from github.com/pgleader/pgleader/migrations")
+		"apply it with 'pgleader migrate up' (cmd/pgleader) or migrations.Up(ctx, pool) from github.com/pgleader/pgleader/migrations")
 
 	// ErrAdvanceUnsupported is returned when a Spec requires fence advance
 	// and the backend cannot move its token counter.

@@ -43,7 +43,7 @@ var (
 	// ErrNotMigrated is matched when the database lacks the pgleader schema
 	// at version 2 or later, which holds the guard table and functions.
 	ErrNotMigrated = errors.New("sqlfence: the pgleader schema is missing or outdated; " +
-		"apply it with migrations.Up(ctx, pool) from github.com/pgleader/pgleader/migrations")
+		"apply it with 'pgleader migrate up' (cmd/pgleader) or migrations.Up(ctx, pool) from github.com/pgleader/pgleader/migrations")
 )
 
 // StaleError is a refused token. It matches [ErrFenced] with errors.Is;
