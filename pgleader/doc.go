@@ -110,7 +110,7 @@
 // by the store (package sqlfence).
 //
 // Run never exits on a database error: it logs, backs off (doubling
-// CampaignEvery up to TTL, with jitter) and campaigns again.
+// CampaignEvery up to TTL/2, with jitter) and campaigns again.
 //
 // # Testing bodies
 //

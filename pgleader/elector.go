@@ -152,9 +152,10 @@ var ErrRunning = errors.New("pgleader: Run called while the elector is already r
 
 // Run campaigns for the key until ctx is cancelled, running the body for
 // every term it wins. Backend errors never end Run: it logs them and retries
-// with backoff. When ctx is cancelled, a live term ends as stopped: the body
-// is told at once, cancelled YieldGrace later, and the lease is released
-// within ReleaseTimeout after the body returns. Run then returns nil, with
+// with backoff (CampaignEvery, doubling up to TTL/2). When ctx is
+// cancelled, a live term ends as stopped: the body is told at once,
+// cancelled YieldGrace later, and the lease is released within
+// ReleaseTimeout after the body returns. Run then returns nil, with
 // no goroutine of its own left running.
 //
 // While another replica leads, Run waits for the lease's expiry as read from
@@ -291,13 +292,16 @@ func drain(events <-chan Event) {
 }
 
 // backoff doubles the campaign interval for each consecutive failure up to
-// TTL, less up to 20% jitter so replicas do not retry in step.
+// half the TTL, less up to 20% jitter so replicas do not retry in step. The
+// cap keeps a candidate that was backing off when the database came back
+// from sleeping past the moment a lapsed lease becomes free.
 func (e *Elector) backoff(failures int) time.Duration {
+	limit := max(e.spec.CampaignEvery, e.spec.TTL/2)
 	d := e.spec.CampaignEvery
-	for i := 1; i < failures && d < e.spec.TTL; i++ {
+	for i := 1; i < failures && d < limit; i++ {
 		d *= 2
 	}
-	d = min(d, e.spec.TTL)
+	d = min(d, limit)
 	return d - jitter(d/5)
 }
 
@@ -307,8 +311,13 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // campaign reads the fence floor and tries to acquire above it. It returns
-// the lease as the backend saw it, and when the acquire was sent.
+// the lease as the backend saw it, and when the acquire was sent. Both are
+// bounded by TTL: an acquire answered later would start a term already past
+// its yield instant, and a statement lost in a network partition must not
+// stall the candidate until the connection is reset.
 func (e *Elector) campaign(ctx context.Context) (Lease, time.Time, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.spec.TTL)
+	defer cancel()
 	var floor int64
 	if e.opts.FenceFloor != nil && e.advancer != nil {
 		var err error

@@ -126,10 +126,10 @@ func (l *listener) run(ctx context.Context, done chan<- struct{}) {
 			l.mu.Lock()
 			l.unsupported = true
 			l.mu.Unlock()
-			l.log.Warn("pgleader: LISTEN does not deliver notifications on this connection (pgbouncer in transaction mode?); candidates poll every CampaignEvery")
+			l.log.Warn("LISTEN does not deliver notifications on this connection (pgbouncer in transaction mode?); candidates poll every CampaignEvery")
 			return
 		}
-		l.log.Warn("pgleader: LISTEN connection lost; candidates poll until it is back", "err", err, "retry_in", backoff)
+		l.log.Warn("LISTEN connection lost; candidates poll until it is back", "err", err, "retry_in", backoff)
 		if !sleep(ctx, backoff) {
 			return
 		}
