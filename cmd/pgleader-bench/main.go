@@ -11,22 +11,19 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgleader/pgleader/internal/scratch"
 	"github.com/pgleader/pgleader/migrations"
 	"github.com/pgleader/pgleader/pgleader"
 )
@@ -66,7 +63,7 @@ func run(ctx context.Context) error {
 	if server == "" {
 		server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
-	dbURL, drop, err := scratchDatabase(ctx, server)
+	dbURL, drop, err := scratch.Database(ctx, server, "pgleader_bench_")
 	if err != nil {
 		return err
 	}
@@ -119,35 +116,6 @@ func run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// scratchDatabase creates a uniquely named database on server and returns
-// its URL and a function that drops it.
-func scratchDatabase(ctx context.Context, server string) (string, func(), error) {
-	admin, err := pgx.Connect(ctx, server)
-	if err != nil {
-		return "", nil, fmt.Errorf("connect %s: %w (set DATABASE_URL)", server, err)
-	}
-	suffix := make([]byte, 6)
-	_, _ = rand.Read(suffix)
-	name := "pgleader_bench_" + hex.EncodeToString(suffix)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		admin.Close(ctx)
-		return "", nil, err
-	}
-	u, err := url.Parse(server)
-	if err != nil {
-		admin.Close(ctx)
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	drop := func() {
-		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = admin.Exec(c, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-		admin.Close(c)
-	}
-	return u.String(), drop, nil
 }
 
 type bench struct {

@@ -16,10 +16,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -27,9 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgleader/pgleader/internal/chaos"
+	"github.com/pgleader/pgleader/internal/scratch"
 	"github.com/pgleader/pgleader/migrations"
 	"github.com/pgleader/pgleader/pgleader"
 )
@@ -115,7 +112,7 @@ func run(ctx context.Context) (int, error) {
 		if server == "" {
 			server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 		}
-		u, drop, err := scratchDatabase(ctx, server)
+		u, drop, err := scratch.Database(ctx, server, "pgleader_chaos_")
 		if err != nil {
 			return 2, err
 		}
@@ -203,33 +200,4 @@ func writeHistory(path string, out *chaos.Outcome) error {
 		return err
 	}
 	return f.Close()
-}
-
-// scratchDatabase creates a uniquely named database on server and returns
-// its URL and a function that drops it.
-func scratchDatabase(ctx context.Context, server string) (string, func(), error) {
-	admin, err := pgx.Connect(ctx, server)
-	if err != nil {
-		return "", nil, fmt.Errorf("connect %s: %w (set DATABASE_URL)", server, err)
-	}
-	suffix := make([]byte, 6)
-	_, _ = rand.Read(suffix)
-	name := "pgleader_chaos_" + hex.EncodeToString(suffix)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		admin.Close(ctx)
-		return "", nil, err
-	}
-	u, err := url.Parse(server)
-	if err != nil {
-		admin.Close(ctx)
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	drop := func() {
-		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = admin.Exec(c, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-		admin.Close(c)
-	}
-	return u.String(), drop, nil
 }
