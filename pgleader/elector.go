@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgleader/pgleader/internal/hook"
+	"github.com/pgleader/pgleader/internal/wait"
 )
 
 // Options are the parts of an Elector that are not timing.
@@ -192,9 +193,9 @@ func (e *Elector) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			failures++
-			wait := e.backoff(failures)
-			e.log.Warn("campaign failed", "err", err, "retry_in", wait)
-			if !sleep(ctx, wait) {
+			retry := e.backoff(failures)
+			e.log.Warn("campaign failed", "err", err, "retry_in", retry)
+			if !wait.Sleep(ctx, retry) {
 				return nil
 			}
 		case won:
@@ -209,7 +210,7 @@ func (e *Elector) Run(ctx context.Context) error {
 				return nil
 			}
 			// Let other candidates, woken by the release, take a turn.
-			if !sleep(ctx, e.spec.CampaignEvery) {
+			if !wait.Sleep(ctx, e.spec.CampaignEvery) {
 				return nil
 			}
 		case ctx.Err() != nil:
@@ -549,17 +550,5 @@ func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64) {
 		log.Warn("release failed; the lease will expire", "err", err)
 	case !released:
 		log.Warn("release found the lease no longer ours")
-	}
-}
-
-// sleep waits d or until ctx is done, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/pgleader/pgleader/internal/wait"
 )
 
 // channel is the PostgreSQL notification channel of every lease event.
@@ -130,7 +132,7 @@ func (l *listener) run(ctx context.Context, done chan<- struct{}) {
 			return
 		}
 		l.log.Warn("LISTEN connection lost; candidates poll until it is back", "err", err, "retry_in", backoff)
-		if !sleep(ctx, backoff) {
+		if !wait.Sleep(ctx, backoff) {
 			return
 		}
 		backoff = min(2*backoff, 5*time.Second)

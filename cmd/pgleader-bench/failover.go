@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/pgleader/pgleader/internal/wait"
 )
 
 // failover crashes the leader n times: its backend stops answering, as a
@@ -27,7 +29,7 @@ func (b *bench) failover(ctx context.Context, n int) (fromExpiry, fromCrash []ti
 		drainTimes(cand.acquiredAt)
 		drainTimes(cand.firstWrite)
 		// Crash at a random point of the renewal cycle.
-		if !sleepCtx(ctx, time.Duration(rand.Int64N(int64(2*time.Second)))) {
+		if !wait.Sleep(ctx, time.Duration(rand.Int64N(int64(2*time.Second)))) {
 			return nil, nil, ctx.Err()
 		}
 		leader.crashed.Store(true)

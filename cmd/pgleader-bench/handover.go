@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/pgleader/pgleader/internal/wait"
 )
 
 // await waits for a value on ch, at most d.
@@ -61,7 +63,7 @@ func (b *bench) ready(ctx context.Context, r *replica, n int64, notify bool) err
 		return err
 	}
 	for notify && !r.pg.Listening() {
-		if !sleepCtx(ctx, time.Millisecond) {
+		if !wait.Sleep(ctx, time.Millisecond) {
 			return ctx.Err()
 		}
 	}
@@ -97,7 +99,7 @@ func (b *bench) handover(ctx context.Context, notify bool, n int) (toAcquire, to
 			drainTimes(ch)
 		}
 		// Stop at a random point of the candidate's polling cycle.
-		if !sleepCtx(ctx, time.Duration(rand.Int64N(int64(recipe("").CampaignEvery)))) {
+		if !wait.Sleep(ctx, time.Duration(rand.Int64N(int64(recipe("").CampaignEvery)))) {
 			return nil, nil, st, ctx.Err()
 		}
 		start := time.Now()

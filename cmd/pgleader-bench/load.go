@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/pgleader/pgleader/internal/wait"
 )
 
 // loadTable counts, for loadFor, the statements an idle candidate and a
@@ -39,7 +41,7 @@ func (b *bench) loadTable(ctx context.Context) error {
 		}
 		pairs = append(pairs, pairOf{mode, x, y})
 	}
-	if !sleepCtx(ctx, time.Second) { // past start-up
+	if !wait.Sleep(ctx, time.Second) { // past start-up
 		return ctx.Err()
 	}
 	type snap struct{ stmts, notes int64 }
@@ -49,7 +51,7 @@ func (b *bench) loadTable(ctx context.Context) error {
 		before[p.leader], before[p.cand] = read(p.leader), read(p.cand)
 	}
 	start := time.Now()
-	if !sleepCtx(ctx, *loadFor) {
+	if !wait.Sleep(ctx, *loadFor) {
 		return ctx.Err()
 	}
 	secs := time.Since(start).Seconds()

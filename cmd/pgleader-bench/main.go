@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgleader/pgleader/internal/scratch"
+	"github.com/pgleader/pgleader/internal/wait"
 	"github.com/pgleader/pgleader/migrations"
 	"github.com/pgleader/pgleader/pgleader"
 )
@@ -148,7 +149,7 @@ func (b *bench) roundTrip(ctx context.Context, idle time.Duration) (time.Duratio
 	defer c.Release()
 	var samples []time.Duration
 	for i := 0; i < 550; i++ {
-		if idle > 0 && !sleepCtx(ctx, idle) {
+		if idle > 0 && !wait.Sleep(ctx, idle) {
 			return 0, ctx.Err()
 		}
 		start := time.Now()

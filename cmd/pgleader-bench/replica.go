@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgleader/pgleader/internal/wait"
 	"github.com/pgleader/pgleader/pgleader"
 	"github.com/pgleader/pgleader/sqlfence"
 )
@@ -109,7 +110,7 @@ func (r *replica) close() {
 // waiting waits until the replica has campaigned at least n times.
 func (r *replica) waitAttempts(ctx context.Context, n int64) error {
 	for r.attempts.Load() < n {
-		if !sleepCtx(ctx, time.Millisecond) {
+		if !wait.Sleep(ctx, time.Millisecond) {
 			return ctx.Err()
 		}
 	}
@@ -146,17 +147,6 @@ func offer(ch chan time.Time, t time.Time) {
 	select {
 	case ch <- t:
 	default:
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

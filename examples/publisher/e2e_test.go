@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -140,7 +138,7 @@ func raceEnabled() bool {
 type process struct {
 	owner string
 	cmd   *exec.Cmd
-	out   lockedBuffer
+	out   pgtest.Buffer
 	done  chan struct{}
 	err   error // set before done is closed
 }
@@ -209,22 +207,4 @@ func waitForUnits(t *testing.T, store digests.Store, what string, cond func([]di
 	}
 	t.Fatalf("timed out waiting for %s", what)
 	return nil
-}
-
-// lockedBuffer collects a process's output from its two pipes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

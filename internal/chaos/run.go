@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgleader/pgleader/internal/wait"
 	"github.com/pgleader/pgleader/pgleader"
 )
 
@@ -58,7 +59,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	spec := h.Spec()
 	// Let the first leader settle before the first fault.
-	sleepCtx(ctx, spec.TTL)
+	wait.Sleep(ctx, spec.TTL)
 	s := NewScheduler(h, cfg.Seed, cfg.Faults, cfg.Restart, cfg.Log)
 	if err := s.Run(ctx, cfg.Duration); err != nil {
 		return nil, err

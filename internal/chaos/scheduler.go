@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgleader/pgleader/internal/tcpproxy"
+	"github.com/pgleader/pgleader/internal/wait"
 )
 
 // The fault kinds the scheduler injects.
@@ -128,14 +129,14 @@ func (s *Scheduler) awaitRecovery(ctx context.Context, heal time.Time) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	sleepCtx(ctx, spec.TTL/2)
+	wait.Sleep(ctx, spec.TTL/2)
 }
 
 func (s *Scheduler) phase(ctx context.Context, length time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, length)
 	defer cancel()
 	for {
-		if !sleepCtx(pctx, s.between(0.05, 0.6)) {
+		if !wait.Sleep(pctx, s.between(0.05, 0.6)) {
 			break
 		}
 		p := s.draw() // drawn even when it is not used, to keep the sequence
@@ -203,7 +204,7 @@ func (s *Scheduler) lasting(ctx context.Context, r int, name, detail string, d t
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		sleepCtx(ctx, d)
+		wait.Sleep(ctx, d)
 		heal()
 		s.h.hist.Record(Event{Kind: KindFaultUp, Replica: r, Fault: name})
 		s.mu.Lock()
@@ -283,17 +284,5 @@ func (s *Scheduler) inject(ctx context.Context, p plan) {
 		if err := s.restart(context.WithoutCancel(ctx), p.immediate, down); err != nil {
 			fmt.Fprintf(s.log, "  pg-restart failed: %v\n", err)
 		}
-	}
-}
-
-// sleepCtx sleeps d or until ctx is done, and reports whether ctx is live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -5,19 +5,22 @@ import (
 	"sync"
 )
 
-// lockedBuffer is a bytes.Buffer safe for a process's concurrent writers.
-type lockedBuffer struct {
+// Buffer collects output, for example a process's from its two pipes; it
+// is safe for concurrent writers.
+type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (l *Buffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+// String returns what was written so far.
+func (l *Buffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()

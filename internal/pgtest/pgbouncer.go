@@ -88,7 +88,7 @@ pidfile = %s
 	must(os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(conf), 0o644))
 
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	out := &lockedBuffer{}
+	out := &Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("pgtest: start pgbouncer: %v", err)
