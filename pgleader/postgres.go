@@ -2,7 +2,6 @@ package pgleader
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -199,12 +198,4 @@ func interval(d time.Duration) pgtype.Interval {
 }
 
 // sqlError maps PostgreSQL's errors onto the package's sentinels.
-func sqlError(op string, err error) error {
-	switch class, msg := check.Classify(err); class {
-	case check.NotMigrated:
-		return fmt.Errorf("%w (%s: %s)", ErrNotMigrated, op, msg)
-	case check.Invalid:
-		return fmt.Errorf("%w: %s: %s", ErrInvalid, op, msg)
-	}
-	return fmt.Errorf("pgleader: %s: %w", op, err)
-}
+var sqlError = check.Sentinels{Prefix: "pgleader", NotMigrated: ErrNotMigrated, Invalid: ErrInvalid}.SQLError

@@ -153,15 +153,7 @@ func resourceFromMessage(msg string) string {
 
 // sqlError maps an error from a statement on pgleader's own tables and
 // functions.
-func sqlError(op string, err error) error {
-	switch class, msg := check.Classify(err); class {
-	case check.NotMigrated:
-		return fmt.Errorf("%w (%s: %s)", ErrNotMigrated, op, msg)
-	case check.Invalid:
-		return fmt.Errorf("%w: %s: %s", ErrInvalid, op, msg)
-	}
-	return fmt.Errorf("sqlfence: %s: %w", op, err)
-}
+var sqlError = check.Sentinels{Prefix: "sqlfence", NotMigrated: ErrNotMigrated, Invalid: ErrInvalid}.SQLError
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

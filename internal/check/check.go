@@ -1,5 +1,5 @@
-// Package check holds the input checks and error classes that pgleader and
-// sqlfence share, so both refuse the same input in the same words. Each
+// Package check holds the input checks and SQL error mapping that pgleader
+// and sqlfence share, so both refuse the same input in the same words. Each
 // package wraps the results in its own sentinels.
 package check
 
@@ -34,31 +34,25 @@ func Token(token int64) error {
 	return nil
 }
 
-// Class is what a PostgreSQL error from pgleader's schema means.
-type Class int
+// Sentinels are the errors a package reports for the classes of SQL error,
+// and the prefix of its other errors.
+type Sentinels struct {
+	Prefix      string // "pgleader" or "sqlfence"
+	NotMigrated error  // the schema, a table or a function is missing
+	Invalid     error  // pgleader's SQL functions refused an argument (22023)
+}
 
-// The classes.
-const (
-	// Other: any other error.
-	Other Class = iota
-	// NotMigrated: the schema, a table or a function is missing.
-	NotMigrated
-	// Invalid: pgleader's SQL functions refused an argument (22023).
-	Invalid
-)
-
-// Classify returns the class of err and, for NotMigrated and Invalid, the
-// server's message.
-func Classify(err error) (Class, string) {
+// SQLError maps err, from the operation op on pgleader's own tables and
+// functions, onto the sentinels.
+func (s Sentinels) SQLError(op string, err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return Other, ""
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
+			return fmt.Errorf("%w (%s: %s)", s.NotMigrated, op, pgErr.Message)
+		case "22023": // invalid_parameter_value, raised by the SQL functions' own checks
+			return fmt.Errorf("%w: %s: %s", s.Invalid, op, pgErr.Message)
+		}
 	}
-	switch pgErr.Code {
-	case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
-		return NotMigrated, pgErr.Message
-	case "22023": // invalid_parameter_value, raised by the SQL functions' own checks
-		return Invalid, pgErr.Message
-	}
-	return Other, ""
+	return fmt.Errorf("%s: %s: %w", s.Prefix, op, err)
 }
