@@ -2,6 +2,8 @@ package pgleader_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,15 +143,19 @@ func TestPgbouncerTransactionMode(t *testing.T) {
 		return p
 	}
 	spec := pgleader.Spec{Key: "k", TTL: 3 * time.Second, CampaignEvery: 100 * time.Millisecond}
-	backendA := pgleader.NewPostgres(pool(), pgleader.WithLogger(quiet))
-	backendB := pgleader.NewPostgres(pool(), pgleader.WithLogger(quiet))
+	var logs lockedLog // what the listeners say about the probe
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	backendA := pgleader.NewPostgres(pool(), pgleader.WithLogger(logger))
+	backendB := pgleader.NewPostgres(pool(), pgleader.WithLogger(logger))
 	a := startOn(t, backendA, spec, "a")
 	waitFor(t, "a to lead", func() bool { return a.el.Status().Leading })
 	b := startOn(t, backendB, spec, "b")
 
-	// The probe notification never arrives through pgbouncer: both stay
-	// poll-only. Give the probe its full time before looking.
-	time.Sleep(3 * time.Second)
+	// The probe notification never arrives through pgbouncer: the
+	// listener says so and stays poll-only.
+	waitFor(t, "b's listener to find that LISTEN does not deliver", func() bool {
+		return strings.Contains(logs.String(), "LISTEN does not deliver notifications")
+	})
 	if backendA.Listening() || backendB.Listening() {
 		t.Fatal("a backend believes it is listening through pgbouncer in transaction mode")
 	}
