@@ -83,7 +83,8 @@ type Elector struct {
 
 // New validates spec and opts and returns an Elector over backend (for
 // PostgreSQL, NewPostgres(pool)). It fails with an error matching ErrInvalid
-// for a bad Spec or missing Lead, and with ErrAdvanceUnsupported when
+// for a bad Spec, a missing Lead, or RequireFenceAdvance without FenceFloor,
+// and with ErrAdvanceUnsupported when
 // spec.RequireFenceAdvance is set and backend does not implement Advancer.
 func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	if backend == nil {
@@ -104,6 +105,11 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	}
 	advancer, _ := backend.(Advancer)
 	watcher, _ := backend.(Watcher)
+	if spec.RequireFenceAdvance && opts.FenceFloor == nil {
+		return nil, invalidf("Spec.RequireFenceAdvance is set but Options.FenceFloor is nil: " +
+			"without a floor there is nothing to advance the token counter to, and after lost lease data " +
+			"terms are refused until the tokens climb past the store's fence; set FenceFloor or clear RequireFenceAdvance")
+	}
 	if spec.RequireFenceAdvance && advancer == nil {
 		return nil, fmt.Errorf("%w: Spec.RequireFenceAdvance is set and %T does not implement Advancer", ErrAdvanceUnsupported, backend)
 	}

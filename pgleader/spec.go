@@ -9,6 +9,18 @@ import (
 // DefaultTTL is the lease TTL of a Spec that leaves TTL zero.
 const DefaultTTL = 6 * time.Second
 
+// The bounds a Spec is held to. Below them an elector floods the database
+// and its log without failing over any faster (a TTL of 1ms campaigns
+// hundreds of times a second); above them durations stop meaning a lease.
+const (
+	// MinTTL and MaxTTL bound Spec.TTL.
+	MinTTL = 100 * time.Millisecond
+	MaxTTL = 24 * time.Hour
+	// MinInterval is the shortest RenewEvery and CampaignEvery: each
+	// is a statement to the database.
+	MinInterval = 5 * time.Millisecond
+)
+
 // Spec is the timing of one key's leadership. The zero value of each
 // duration means its default, derived from TTL so that the recipe's spec
 // comes out of TTL alone: with the default TTL of 6s the defaults are
@@ -45,8 +57,9 @@ type Spec struct {
 	// release statement. Default TTL/12.
 	ReleaseTimeout time.Duration
 	// RequireFenceAdvance makes New fail unless the backend can move its
-	// token counter up (implements Advancer), so a lock backend that lost
-	// its data cannot silently restart its tokens below the store's fence.
+	// token counter up (implements Advancer) and Options.FenceFloor is set,
+	// so a lock backend that lost its data cannot silently restart its
+	// tokens below the store's fence.
 	RequireFenceAdvance bool
 }
 
@@ -92,8 +105,30 @@ func (s Spec) resolve() (Spec, error) {
 			errs = append(errs, invalidf("Spec.%s must be positive (zero means the default), got %v", f.name, f.d))
 		}
 	}
-	if s.TTL > 0 && s.TTL < time.Millisecond {
-		errs = append(errs, invalidf("Spec.TTL must be at least 1ms, got %v", s.TTL))
+	if len(errs) == 0 && (s.TTL < MinTTL || s.TTL > MaxTTL) {
+		errs = append(errs, invalidf("Spec.TTL must be between %v and %v, got %v", MinTTL, MaxTTL, s.TTL))
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"RenewEvery", s.RenewEvery}, {"CampaignEvery", s.CampaignEvery}} {
+		if f.d > 0 && f.d < MinInterval {
+			errs = append(errs, invalidf("Spec.%s must be at least %v (each is a statement), got %v", f.name, MinInterval, f.d))
+		}
+	}
+	if len(errs) == 0 && s.CampaignEvery > s.TTL {
+		errs = append(errs, invalidf("Spec.CampaignEvery (%v) must not exceed TTL (%v)", s.CampaignEvery, s.TTL))
+	}
+	// Each part below TTL first, so their sum cannot overflow.
+	if len(errs) == 0 {
+		for _, f := range []struct {
+			name string
+			d    time.Duration
+		}{{"RenewEvery", s.RenewEvery}, {"YieldGrace", s.YieldGrace}, {"ReleaseTimeout", s.ReleaseTimeout}, {"Margin", s.Margin}} {
+			if f.d >= s.TTL {
+				errs = append(errs, invalidf("Spec.%s (%v) must be less than TTL (%v)", f.name, f.d, s.TTL))
+			}
+		}
 	}
 	if sum := s.RenewEvery + s.YieldGrace + s.ReleaseTimeout + s.Margin; len(errs) == 0 && sum >= s.TTL {
 		errs = append(errs, invalidf(

@@ -1,6 +1,7 @@
 package pgleader_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -28,7 +29,7 @@ func TestSpecValid(t *testing.T) {
 	}
 	// Defaults derived from the default TTL are the recipe's spec.
 	el, err := pgleader.New(pgleadertest.NewBackend(), pgleader.Spec{Key: "k", RequireFenceAdvance: true},
-		pgleader.Options{Owner: "a", Lead: idle})
+		pgleader.Options{Owner: "a", Lead: idle, FenceFloor: zeroFloor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,17 @@ func TestSpecInvalid(t *testing.T) {
 		{"empty key", with(func(s *pgleader.Spec) { s.Key = "" }), []string{"Spec.Key", "must not be empty"}},
 		{"long key", with(func(s *pgleader.Spec) { s.Key = strings.Repeat("x", 201) }), []string{"Spec.Key", "limit is 200"}},
 		{"negative TTL", with(func(s *pgleader.Spec) { s.TTL = -time.Second }), []string{"Spec.TTL", "positive"}},
-		{"sub-millisecond TTL", with(func(s *pgleader.Spec) { s.TTL = time.Microsecond }), []string{"Spec.TTL", "at least 1ms"}},
+		{"sub-millisecond TTL", with(func(s *pgleader.Spec) { s.TTL = time.Microsecond }), []string{"Spec.TTL", "between 100ms and 24h0m0s"}},
+		{"1ms TTL with defaults", pgleader.Spec{Key: "k", TTL: time.Millisecond}, []string{"Spec.TTL", "between 100ms and 24h0m0s, got 1ms"}},
+		{"day-long TTL", with(func(s *pgleader.Spec) { s.TTL = 25 * time.Hour }), []string{"Spec.TTL", "got 25h0m0s"}},
+		{"overflowing RenewEvery", with(func(s *pgleader.Spec) { s.RenewEvery = 2562047 * time.Hour }), []string{"Spec.RenewEvery (2562047h0m0s) must be less than TTL (6s)"}},
+		{"overflowing sum", with(func(s *pgleader.Spec) {
+			s.TTL = 24 * time.Hour
+			s.RenewEvery, s.YieldGrace, s.ReleaseTimeout, s.Margin = 1<<62, 1<<62, 1<<62, 1<<62
+		}), []string{"Spec.RenewEvery", "Spec.YieldGrace", "Spec.ReleaseTimeout", "Spec.Margin", "less than TTL (24h0m0s)"}},
+		{"1ns RenewEvery", with(func(s *pgleader.Spec) { s.RenewEvery = 1 }), []string{"Spec.RenewEvery must be at least 5ms", "got 1ns"}},
+		{"1ns CampaignEvery", with(func(s *pgleader.Spec) { s.CampaignEvery = 1 }), []string{"Spec.CampaignEvery must be at least 5ms", "got 1ns"}},
+		{"CampaignEvery over TTL", with(func(s *pgleader.Spec) { s.CampaignEvery = time.Minute }), []string{"Spec.CampaignEvery (1m0s) must not exceed TTL (6s)"}},
 		{"negative RenewEvery", with(func(s *pgleader.Spec) { s.RenewEvery = -1 }), []string{"Spec.RenewEvery", "positive"}},
 		{"negative CampaignEvery", with(func(s *pgleader.Spec) { s.CampaignEvery = -time.Millisecond }), []string{"Spec.CampaignEvery", "positive"}},
 		{"negative Margin", with(func(s *pgleader.Spec) { s.Margin = -time.Millisecond }), []string{"Spec.Margin", "positive"}},
@@ -90,6 +101,8 @@ func TestSpecInvalid(t *testing.T) {
 	}
 }
 
+func zeroFloor(context.Context) (int64, error) { return 0, nil }
+
 func TestNewOptions(t *testing.T) {
 	t.Parallel()
 	b := pgleadertest.NewBackend()
@@ -104,7 +117,8 @@ func TestNewOptions(t *testing.T) {
 		{"no Lead", b, pgleader.Options{Owner: "a"}, pgleader.ErrInvalid, "Options.Lead is required"},
 		{"long owner", b, pgleader.Options{Owner: strings.Repeat("o", 201), Lead: idle}, pgleader.ErrInvalid, "Options.Owner"},
 		{"nil backend", nil, pgleader.Options{Owner: "a", Lead: idle}, pgleader.ErrInvalid, "nil backend"},
-		{"cannot advance", b.WithoutAdvance(), pgleader.Options{Owner: "a", Lead: idle}, pgleader.ErrAdvanceUnsupported, "RequireFenceAdvance"},
+		{"cannot advance", b.WithoutAdvance(), pgleader.Options{Owner: "a", Lead: idle, FenceFloor: zeroFloor}, pgleader.ErrAdvanceUnsupported, "RequireFenceAdvance"},
+		{"advance without a floor", b, pgleader.Options{Owner: "a", Lead: idle}, pgleader.ErrInvalid, "Spec.RequireFenceAdvance is set but Options.FenceFloor is nil"},
 	}
 	for _, c := range cases {
 		_, err := pgleader.New(c.backend, spec, c.opts)

@@ -74,10 +74,13 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, sink Sink, g *gates) err
 		owner: cfg.Owner, ttl: cfg.Spec.TTL, gate: g.loop}
 	o := pgleader.Options{Owner: cfg.Owner, Lead: r.lead, Claim: r.claim, Logger: logger,
 		Observer: pgleader.ObserverFunc(r.observe)}
+	spec := cfg.Spec
 	if cfg.Floor {
 		o.FenceFloor = r.floor
+	} else {
+		spec.RequireFenceAdvance = false // New refuses it without a floor
 	}
-	el, err := pgleader.New(r.rec, cfg.Spec, o)
+	el, err := pgleader.New(r.rec, spec, o)
 	if err != nil {
 		return err
 	}
