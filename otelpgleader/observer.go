@@ -110,7 +110,7 @@ func New(opts ...Option) (*Observer, error) {
 		metric.WithDescription("Fencing token of this replica's current or last term of the key"))
 	var err3, err4, err5, err6, err7 error
 	o.started, err3 = m.Int64Counter(MetricTermsStarted, metric.WithUnit("{term}"),
-		metric.WithDescription("Terms this replica won"))
+		metric.WithDescription("Terms this replica won whose claim passed, so the body ran"))
 	o.ended, err4 = m.Int64Counter(MetricTermsEnded, metric.WithUnit("{term}"),
 		metric.WithDescription("Terms of this replica that are over, by end reason"))
 	o.renew, err5 = m.Float64Histogram(MetricRenewDuration, metric.WithUnit("s"),

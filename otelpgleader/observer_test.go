@@ -165,7 +165,7 @@ func TestObserver(t *testing.T) {
 		synctest.Wait()
 		m.expect(otelpgleader.MetricLeader, 1, key, owner)
 		m.expect(otelpgleader.MetricToken, 3, key, owner)
-		m.expect(otelpgleader.MetricTermsStarted, 3, key, owner)
+		m.expect(otelpgleader.MetricTermsStarted, 2, key, owner) // the refused term never started
 		m.expect(otelpgleader.MetricTermsEnded, 1, key, owner, reason(pgleader.ReasonRefused))
 		m.expect(otelpgleader.MetricTermsEnded, 1, key, owner, reason(pgleader.ReasonFinished))
 		m.expect(otelpgleader.MetricClaimsRefused, 1, key, owner)
@@ -190,7 +190,7 @@ func TestObserver(t *testing.T) {
 		synctest.Wait()
 		m.expect(otelpgleader.MetricLeader, 1, key, owner)
 		m.expect(otelpgleader.MetricToken, 1, key, owner)
-		m.expect(otelpgleader.MetricTermsStarted, 4, key, owner)
+		m.expect(otelpgleader.MetricTermsStarted, 3, key, owner)
 
 		cancel()
 		if err := <-done; err != nil {

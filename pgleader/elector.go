@@ -166,11 +166,15 @@ var ErrRunning = errors.New("pgleader: Run called while the elector is already r
 // no goroutine of its own left running.
 //
 // While another replica leads, Run waits for the lease's expiry as read from
-// the database. With a backend that is a [Watcher] and is listening, it also
-// wakes at once when the lease is released, and moves its wake-up when the
-// holder renews, so an idle candidate issues almost no statements. Without
-// one, or while the watcher is not listening, it polls every CampaignEvery
-// (less up to 10% jitter).
+// the database, and never longer than TTL. With a backend that is a
+// [Watcher] and is listening, it also wakes at once when it hears that the
+// lease was released. Such events are hints: anyone who can connect can
+// send one, so an event can only make a candidate look sooner, never wait
+// longer or believe anything without a read, and after a hint that proved
+// wrong the next one is heeded no sooner than CampaignEvery later. An idle
+// candidate thus issues about one statement per lease period. Without a
+// watcher, or while it is not listening, it polls every CampaignEvery (less
+// up to 10% jitter).
 func (e *Elector) Run(ctx context.Context) error {
 	if !e.running.TryLock() {
 		return ErrRunning
@@ -191,6 +195,9 @@ func (e *Elector) Run(ctx context.Context) error {
 	defer func() { unwatch() }()
 
 	failures := 0
+	hinted := false         // the last wait ended on a release event
+	var waited Lease        // the lease the last wait was for
+	var heedAfter time.Time // release events before this are not heeded at once
 	for ctx.Err() == nil {
 		drain(events) // what happened before this campaign, it will see
 		lease, sent, won, err := e.campaign(ctx)
@@ -223,7 +230,16 @@ func (e *Elector) Run(ctx context.Context) error {
 			return nil
 		default:
 			failures = 0
-			if !e.waitForExpiry(ctx, lease, events) {
+			heedAfter = time.Time{}
+			if hinted && lease.Holder == waited.Holder && lease.Token == waited.Token {
+				// The same term still holds the lease: the release event
+				// was false. A forged flood costs at most one campaign
+				// per CampaignEvery.
+				heedAfter = sent.Add(e.spec.CampaignEvery)
+			}
+			waited = lease
+			var live bool
+			if hinted, live = e.waitForExpiry(ctx, lease, events, heedAfter); !live {
 				return nil
 			}
 		}
@@ -255,14 +271,20 @@ func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time
 	return unwatched
 }
 
-// waitForExpiry waits while lease is held by another term: until its expiry,
-// a release, or a resync. While the watcher is not listening it looks at
-// least every CampaignEvery, less up to 10% jitter. It reports whether ctx
-// is still live.
-func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event) bool {
-	expiry := time.Now().Add(lease.Remaining())
+// waitForExpiry waits while lease is held by another term: until the expiry
+// the backend reported (at most TTL away), a resync, or a release event, but
+// not sooner than heedAfter for a release event. While the watcher is not
+// listening it looks at least every CampaignEvery, less up to 10% jitter.
+// It reports whether a release event ended the wait, and whether ctx is
+// still live.
+func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time) (hinted, live bool) {
+	expiry := time.Now().Add(min(lease.Remaining(), e.spec.TTL))
+	var heard bool // a release event is waiting for heedAfter
 	next := func() time.Duration {
 		d := time.Until(expiry)
+		if heard {
+			d = min(d, time.Until(heedAfter))
+		}
 		if e.watcher == nil || !e.watcher.Listening() {
 			d = min(d, e.spec.CampaignEvery-jitter(e.spec.CampaignEvery/10))
 		}
@@ -273,15 +295,20 @@ func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan 
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-timer.C:
-			return true
+			return heard && !time.Now().Before(heedAfter), true
 		case ev := <-events:
+			// Acquire and renew events change nothing: the expiry read
+			// from the backend stands until a read says otherwise.
 			switch ev.Kind {
-			case EventReleased, EventResync:
-				return true
-			case EventAcquired, EventRenewed:
-				expiry = time.Now().Add(ev.TTL)
+			case EventResync: // from the watcher itself, not the channel
+				return false, true
+			case EventReleased:
+				if !time.Now().Before(heedAfter) {
+					return true, true
+				}
+				heard = true
 			}
 			timer.Reset(next())
 		}
@@ -318,17 +345,19 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // campaign reads the fence floor and tries to acquire above it. It returns
-// the lease as the backend saw it, and when the acquire was sent. Both are
-// bounded by TTL: an acquire answered later would start a term already past
-// its yield instant, and a statement lost in a network partition must not
-// stall the candidate until the connection is reset.
+// the lease as the backend saw it, and when the acquire was sent. The floor
+// read is bounded by TTL, so a statement lost in a network partition does
+// not stall the candidate until the connection is reset; the acquire is
+// bounded by the yield instant of the term it would start, since a term
+// answered later must not run (lead releases it at once).
 func (e *Elector) campaign(ctx context.Context) (Lease, time.Time, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, e.spec.TTL)
-	defer cancel()
 	var floor int64
 	if e.opts.FenceFloor != nil && e.advancer != nil {
 		var err error
-		if floor, err = e.opts.FenceFloor(ctx); err != nil {
+		fctx, cancel := context.WithTimeout(ctx, e.spec.TTL)
+		floor, err = e.opts.FenceFloor(fctx)
+		cancel()
+		if err != nil {
 			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
 		}
 		if err := CheckFloor(floor); err != nil {
@@ -336,7 +365,10 @@ func (e *Elector) campaign(ctx context.Context) (Lease, time.Time, bool, error) 
 		}
 	}
 	sent := time.Now()
-	lease, won, err := e.acquire(ctx, floor)
+	_, _, yieldAt := e.timeline(sent)
+	actx, cancel := context.WithDeadline(ctx, yieldAt)
+	defer cancel()
+	lease, won, err := e.acquire(actx, floor)
 	if err != nil {
 		return Lease{}, time.Time{}, false, e.fail(err)
 	}
@@ -374,9 +406,10 @@ func (e *Elector) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time
 }
 
 type renewResult struct {
-	sent time.Time
-	took time.Duration
-	err  error
+	sent   time.Time
+	took   time.Duration
+	err    error
+	unsent bool // the safe end had passed before it could be sent
 }
 
 // lead runs one term from acquisition to release.
@@ -389,15 +422,32 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 	e.mu.Lock()
 	e.term = t
 	e.status.Token = token
-	e.status.Terms++
 	e.mu.Unlock()
-	log.Info("leading")
-	e.observe(Observation{Kind: ObserveTermStarted, Token: token})
+
+	if !time.Now().Before(yieldAt) {
+		// Born late: by the time the acquire was answered, the term was
+		// already past its yield instant. Neither Claim (a write) nor
+		// Lead may run.
+		e.endTerm(t, ReasonExpiring)
+		log.Warn("the acquire was answered after the term's yield instant; releasing without running the body",
+			"sent_ago", time.Since(sent))
+		e.release(ctx, log, token)
+		e.ended(t, nil)
+		return
+	}
 
 	bodyCtx, cancelBody := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBody()
 	bodyDone := make(chan error, 1)
-	go func() { bodyDone <- e.runBody(bodyCtx, t) }()
+	go func() {
+		bodyDone <- e.runBody(bodyCtx, t, func() {
+			e.mu.Lock()
+			e.status.Terms++
+			e.mu.Unlock()
+			log.Info("leading")
+			e.observe(Observation{Kind: ObserveTermStarted, Token: token})
+		})
+	}()
 
 	renewTimer := time.NewTimer(time.Until(sent.Add(e.spec.RenewEvery)))
 	defer renewTimer.Stop()
@@ -412,6 +462,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 	stop := ctx.Done()
 	var bodyErr error
 	release := false
+	renewFailed := false // since the last successful renewal
 
 	for bodyDone != nil || renewing != nil {
 		select {
@@ -434,9 +485,13 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 
 		case r := <-renewing:
 			renewing = nil
+			if r.unsent {
+				continue // past the safe end: the yield and cancel timers end the term
+			}
 			e.observe(Observation{Kind: ObserveRenewed, Token: token, Took: r.took, Err: r.err})
 			switch {
 			case r.err == nil:
+				renewFailed = false
 				if t.Reason() != ReasonNone {
 					continue
 				}
@@ -451,7 +506,17 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 					log.Warn("lease lost; cancelling the body")
 				}
 				cancelBody()
+			case errors.Is(r.err, ErrNotMigrated):
+				// Not transient: the schema was dropped or migrated down
+				// under the term. Its row, and the token counter with it,
+				// may be gone; the fence floor guards the next tokens.
+				e.fail(r.err)
+				if e.endTerm(t, ReasonLost) {
+					log.Error("the pgleader schema is gone; ending the term at once", "err", r.err)
+				}
+				cancelBody()
 			default:
+				renewFailed = true
 				e.fail(r.err)
 				retry := min(e.spec.CampaignEvery, e.spec.RenewEvery)
 				log.Warn("renew failed", "err", r.err, "retry_in", retry, "yield_in", time.Until(yieldAt))
@@ -463,7 +528,11 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 				continue
 			}
 			if e.endTerm(t, ReasonExpiring) {
-				log.Warn("renewals failed until the yield instant; the term is ending")
+				if renewFailed {
+					log.Warn("renewals failed until the yield instant; the term is ending")
+				} else {
+					log.Warn("the yield instant passed before a renewal was answered (was this process paused?); the term is ending")
+				}
 			}
 
 		case <-cancelTimer.C:
@@ -486,18 +555,23 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 		}
 	}
 
-	reason := t.Reason()
 	if bodyErr != nil && !errors.Is(bodyErr, errRefused) {
 		e.fail(bodyErr)
 	}
 	if release {
 		e.release(ctx, log, token)
 	}
+	e.ended(t, bodyErr)
+}
+
+// ended records that t is over.
+func (e *Elector) ended(t *Term, bodyErr error) {
+	reason := t.Reason()
 	e.mu.Lock()
 	e.status.LastEnd = reason
 	e.mu.Unlock()
-	e.observe(Observation{Kind: ObserveTermEnded, Token: token, Reason: reason})
-	log.Info("term ended", "reason", reason.String(), "err", bodyErr)
+	e.observe(Observation{Kind: ObserveTermEnded, Token: t.token, Reason: reason})
+	e.log.Info("term ended", "token", t.token, "reason", reason.String(), "err", bodyErr)
 }
 
 // endTerm starts t's end with reason unless it has begun to end already,
@@ -513,9 +587,9 @@ func (e *Elector) endTerm(t *Term, reason EndReason) bool {
 // errRefused marks a body goroutine that stopped because Claim refused.
 var errRefused = errors.New("pgleader: claim refused the token")
 
-// runBody runs Claim and then Lead, turning a panic into an error so the
-// term still ends and releases.
-func (e *Elector) runBody(ctx context.Context, t *Term) (err error) {
+// runBody runs Claim and then Lead, calling started between them, and turns
+// a panic into an error so the term still ends and releases.
+func (e *Elector) runBody(ctx context.Context, t *Term, started func()) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("pgleader: body panicked: %v\n%s", p, debug.Stack())
@@ -531,15 +605,20 @@ func (e *Elector) runBody(ctx context.Context, t *Term) (err error) {
 			return errRefused
 		}
 	}
+	started()
 	return e.opts.Lead(ctx, t)
 }
 
 // renew sends one renewal, bounded by the term's safe end and by ctx,
 // which lead cancels once the body has returned.
 func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out chan<- renewResult) {
+	sent := time.Now()
+	if !sent.Before(safeEnd) {
+		out <- renewResult{sent: sent, unsent: true}
+		return
+	}
 	rctx, cancel := context.WithDeadline(ctx, safeEnd)
 	defer cancel()
-	sent := time.Now()
 	_, err := e.backend.Renew(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
 	out <- renewResult{sent: sent, took: time.Since(sent), err: err}
 }
@@ -555,6 +634,6 @@ func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64) {
 		e.fail(err)
 		log.Warn("release failed; the lease will expire", "err", err)
 	case !released:
-		log.Warn("release found the lease no longer ours")
+		log.Warn("release found the lease no longer ours: it had expired or passed to another term")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -26,6 +27,18 @@ const channel = "pgleader"
 // notification. Behind pgbouncer in transaction mode it never arrives.
 const probeTimeout = 2 * time.Second
 
+// reprobeAfter and reprobeMax space the probes after one found no
+// delivery: a probe that was only slow must not turn LISTEN off for good,
+// and a pooler that really cannot deliver costs one short connection per
+// interval.
+const (
+	reprobeAfter = 30 * time.Second
+	reprobeMax   = 10 * time.Minute
+)
+
+// applicationName names the LISTEN connection in pg_stat_activity.
+const applicationName = "pgleader listen"
+
 // listener holds one LISTEN connection while anything watches, and fans the
 // notifications out to the watchers of each key.
 type listener struct {
@@ -37,11 +50,11 @@ type listener struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu          sync.Mutex
-	watchers    map[string]map[*watch]struct{}
-	count       int
-	listening   bool
-	unsupported bool // the probe never arrived: LISTEN does not work here
+	mu        sync.Mutex
+	watchers  map[string]map[*watch]struct{}
+	count     int
+	listening bool
+	probed    bool // a probe arrived once: this is a direct session
 }
 
 type watch struct {
@@ -82,7 +95,7 @@ func (l *listener) watch(key string) (<-chan Event, func()) {
 	}
 	l.watchers[key][w] = struct{}{}
 	l.count++
-	first := l.count == 1 && !l.unsupported
+	first := l.count == 1
 	l.mu.Unlock()
 	if first {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -116,6 +129,7 @@ func (l *listener) run(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	defer l.setListening(false)
 	backoff := 100 * time.Millisecond
+	reprobe := reprobeAfter
 	for ctx.Err() == nil {
 		err := l.session(ctx)
 		if l.setListening(false) {
@@ -125,11 +139,13 @@ func (l *listener) run(ctx context.Context, done chan<- struct{}) {
 			return
 		}
 		if errors.Is(err, errNoNotifications) {
-			l.mu.Lock()
-			l.unsupported = true
-			l.mu.Unlock()
-			l.log.Warn("LISTEN does not deliver notifications on this connection (pgbouncer in transaction mode?); candidates poll every CampaignEvery")
-			return
+			l.log.Warn("LISTEN does not deliver notifications on this connection (pgbouncer in transaction mode?); candidates poll every CampaignEvery",
+				"probe_again_in", reprobe)
+			if !wait.Sleep(ctx, reprobe) {
+				return
+			}
+			reprobe = min(2*reprobe, reprobeMax)
+			continue
 		}
 		l.log.Warn("LISTEN connection lost; candidates poll until it is back", "err", err, "retry_in", backoff)
 		if !wait.Sleep(ctx, backoff) {
@@ -144,6 +160,11 @@ var errNoNotifications = errors.New("pgleader: the LISTEN probe notification nev
 // session runs one LISTEN connection until it fails or ctx ends.
 func (l *listener) session(ctx context.Context) error {
 	cfg := l.connect.Copy()
+	cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams)
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = applicationName
 	// Interrupt a wait by a deadline on the socket rather than a cancel
 	// request, so the connection stays usable and stopping is immediate.
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
@@ -155,14 +176,14 @@ func (l *listener) session(ctx context.Context) error {
 		if theirs != nil {
 			theirs(c, n)
 		}
-		if n.Channel != channel {
-			return
-		}
-		if strings.HasPrefix(n.Payload, "probe ") {
+		if strings.HasPrefix(n.Channel, probeChannelPrefix) {
 			select {
-			case probes <- n.Payload:
+			case probes <- n.Channel + " " + n.Payload:
 			default:
 			}
+			return
+		}
+		if n.Channel != channel {
 			return
 		}
 		if ev, ok := parseEvent(n.Payload); ok {
@@ -176,12 +197,15 @@ func (l *listener) session(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-		return err
-	}
 	if err := l.probe(ctx, conn, probes); err != nil {
 		return err
 	}
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.probed = true
+	l.mu.Unlock()
 	l.setListening(true)
 	l.broadcast(Event{Kind: EventResync})
 	for {
@@ -192,14 +216,25 @@ func (l *listener) session(ctx context.Context) error {
 	}
 }
 
-// probe sends a notification from another session and waits for it, which
-// fails where LISTEN is accepted but nothing is delivered.
+// probeChannelPrefix starts the name of each probe's own channel.
+const probeChannelPrefix = "pgleader_probe_"
+
+// probe listens on a channel of its own, sends a notification on it from
+// another session and waits for it, which fails where LISTEN is accepted
+// but nothing is delivered. Only after it arrives does the session LISTEN
+// on the lease channel: behind a transaction pooler the server connection
+// that ran the probe's LISTEN goes back to the pool, and a channel nobody
+// else notifies leaves it nothing to forward.
 func (l *listener) probe(ctx context.Context, conn *pgx.Conn, probes <-chan string) error {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	want := "probe " + hex.EncodeToString(b)
+	probeChannel := probeChannelPrefix + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, "LISTEN "+probeChannel); err != nil {
+		return err
+	}
+	want := probeChannel + " probe"
 	var ignored string
-	if err := l.db.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, channel, want).Scan(&ignored); err != nil {
+	if err := l.db.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, pgx.QueryExecModeExec, probeChannel, "probe").Scan(&ignored); err != nil {
 		return err
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -208,7 +243,8 @@ func (l *listener) probe(ctx context.Context, conn *pgx.Conn, probes <-chan stri
 		select {
 		case got := <-probes:
 			if got == want {
-				return nil
+				_, err := conn.Exec(ctx, "UNLISTEN "+probeChannel)
+				return err
 			}
 			continue
 		default:
@@ -269,21 +305,23 @@ func send(ch chan Event, ev Event) {
 	}
 }
 
-// parseEvent reads a payload "<event> <ttl µs> <key>".
+// parseEvent reads a payload "<event> <ttl µs> <key>". Anyone who can
+// connect can send one, so every field is checked and anything else is
+// dropped. The TTL field is checked but not used: an event is a hint to look
+// again, and what a candidate waits for is what it read from the database.
 func parseEvent(payload string) (Event, bool) {
 	kind, rest, ok := strings.Cut(payload, " ")
 	if !ok {
 		return Event{}, false
 	}
 	us, key, ok := strings.Cut(rest, " ")
-	if !ok || key == "" {
+	if !ok || CheckKey(key) != nil || len(us) == 0 || len(us) > 19 || strings.Trim(us, "0123456789") != "" {
 		return Event{}, false
 	}
-	n, err := strconv.ParseInt(us, 10, 64)
-	if err != nil || n < 0 {
+	if _, err := strconv.ParseInt(us, 10, 64); err != nil {
 		return Event{}, false
 	}
-	ev := Event{Key: key, TTL: time.Duration(n) * time.Microsecond}
+	ev := Event{Key: key}
 	switch kind {
 	case "acquire":
 		ev.Kind = EventAcquired

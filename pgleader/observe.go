@@ -13,7 +13,11 @@ type ObservationKind int
 
 // The kinds of observations.
 const (
-	// ObserveTermStarted: this replica won a term.
+	// ObserveTermStarted: this replica won a term and its Claim passed
+	// (or it has none): the body is about to run. A term whose claim is
+	// refused is reported by ObserveClaimRefused instead, and a term whose
+	// acquire was answered after its yield instant by neither; both are
+	// then reported ending and ended.
 	ObserveTermStarted ObservationKind = iota + 1
 	// ObserveTermEnding: the term began to end (Live turned false), with
 	// its Reason.

@@ -51,9 +51,10 @@ func TestObserver(t *testing.T) {
 		time.Sleep(5 * time.Second)
 		r.stop(t)
 
+		// A refused term was never started: it has its own observation.
 		k := pgleader.ObserveTermStarted
 		want := []pgleader.ObservationKind{
-			k, pgleader.ObserveClaimRefused, pgleader.ObserveTermEnding, pgleader.ObserveTermEnded, // token 1, refused
+			pgleader.ObserveClaimRefused, pgleader.ObserveTermEnding, pgleader.ObserveTermEnded, // token 1, refused
 			k, pgleader.ObserveRenewed, pgleader.ObserveTermEnding, pgleader.ObserveTermEnded, // token 2 renews at +2s, finishes at +3s
 			k, pgleader.ObserveTermEnding, pgleader.ObserveTermEnded, // token 3, stopped
 		}
@@ -66,11 +67,11 @@ func TestObserver(t *testing.T) {
 				t.Fatalf("observation %d is %v, want %v (all: %v)", i, got[i], want[i], got)
 			}
 		}
-		reasons := []pgleader.EndReason{obs.all[2].Reason, obs.all[6].Reason, obs.all[9].Reason}
+		reasons := []pgleader.EndReason{obs.all[1].Reason, obs.all[5].Reason, obs.all[8].Reason}
 		if reasons[0] != pgleader.ReasonRefused || reasons[1] != pgleader.ReasonFinished || reasons[2] != pgleader.ReasonStopped {
 			t.Errorf("reasons = %v", reasons)
 		}
-		if ob := obs.all[5]; ob.Took != 10*time.Millisecond || ob.Err != nil || ob.Token != 2 || ob.Key != "k" || ob.Owner != "a" {
+		if ob := obs.all[4]; ob.Took != 10*time.Millisecond || ob.Err != nil || ob.Token != 2 || ob.Key != "k" || ob.Owner != "a" {
 			t.Errorf("renew observation = %+v", ob)
 		}
 	})

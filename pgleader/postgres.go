@@ -2,10 +2,13 @@ package pgleader
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -100,7 +103,7 @@ func (p *Postgres) AcquireWithFloor(ctx context.Context, key, owner string, ttl 
 	l := Lease{Key: key}
 	var acquired bool
 	err := p.db.QueryRow(ctx,
-		`SELECT acquired, holder, token, expires_at, db_now FROM pgleader.acquire($1, $2, $3, $4)`,
+		`SELECT acquired, holder, token, expires_at, db_now FROM pgleader.acquire($1, $2, $3, $4)`, exec,
 		key, owner, interval(ttl), floor,
 	).Scan(&acquired, &l.Holder, &l.Token, &l.ExpiresAt, &l.Now)
 	if err != nil {
@@ -121,7 +124,7 @@ func (p *Postgres) Renew(ctx context.Context, key, owner string, token int64, tt
 		return time.Time{}, err
 	}
 	var expires pgtype.Timestamptz
-	err := p.db.QueryRow(ctx, `SELECT pgleader.renew($1, $2, $3, $4)`,
+	err := p.db.QueryRow(ctx, `SELECT pgleader.renew($1, $2, $3, $4)`, exec,
 		key, owner, token, interval(ttl)).Scan(&expires)
 	if err != nil {
 		return time.Time{}, sqlError("renew", err)
@@ -130,20 +133,6 @@ func (p *Postgres) Renew(ctx context.Context, key, owner string, token int64, tt
 		return time.Time{}, ErrLost
 	}
 	return expires.Time, nil
-}
-
-// Release implements [Backend]. A successful release notifies the PostgreSQL
-// channel "pgleader", waking candidates that watch the key.
-func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
-	if err := checkTerm(key, owner, token); err != nil {
-		return false, err
-	}
-	var released bool
-	err := p.db.QueryRow(ctx, `SELECT pgleader.release($1, $2, $3)`, key, owner, token).Scan(&released)
-	if err != nil {
-		return false, sqlError("release", err)
-	}
-	return released, nil
 }
 
 // Lease implements [Backend].
@@ -155,7 +144,7 @@ func (p *Postgres) Lease(ctx context.Context, key string) (Lease, error) {
 	var holder pgtype.Text
 	var acquired, renewed, expires pgtype.Timestamptz
 	err := p.db.QueryRow(ctx,
-		`SELECT holder, token, acquired_at, renewed_at, expires_at, db_now FROM pgleader.lease($1)`, key,
+		`SELECT holder, token, acquired_at, renewed_at, expires_at, db_now FROM pgleader.lease($1)`, exec, key,
 	).Scan(&holder, &l.Token, &acquired, &renewed, &expires, &l.Now)
 	if err != nil {
 		return Lease{}, sqlError("lease", err)
@@ -175,7 +164,7 @@ func (p *Postgres) Advance(ctx context.Context, key string, floor int64) (bool, 
 	}
 	var advanced bool
 	var counter int64
-	err := p.db.QueryRow(ctx, `SELECT advanced, token FROM pgleader.advance($1, $2)`, key, floor).
+	err := p.db.QueryRow(ctx, `SELECT advanced, token FROM pgleader.advance($1, $2)`, exec, key, floor).
 		Scan(&advanced, &counter)
 	if err != nil {
 		return false, 0, sqlError("advance", err)
@@ -193,9 +182,109 @@ func checkAcquire(key, owner string, ttl time.Duration) error {
 	return CheckTTL(ttl)
 }
 
+// exec runs each lease statement unprepared in one round trip, so it works
+// through a transaction-mode pooler with pgx's default settings (a cached
+// prepared statement would name a server session the pooler may not give
+// back).
+const exec = pgx.QueryExecModeExec
+
 func interval(d time.Duration) pgtype.Interval {
 	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
 }
 
 // sqlError maps PostgreSQL's errors onto the package's sentinels.
 var sqlError = check.Sentinels{Prefix: "pgleader", NotMigrated: ErrNotMigrated, Invalid: ErrInvalid}.SQLError
+
+// Release implements [Backend]. A successful release is followed by a
+// notification on the PostgreSQL channel "pgleader", waking candidates that
+// watch the key. The notification is sent in a transaction of its own after
+// the release committed, so it can neither fail the release (a full
+// notification queue) nor make it wait for the lock every notifying commit
+// takes; on a *pgxpool.Pool or *pgx.Conn both go out in one round trip.
+// Inside a caller's transaction (a pgx.Tx as DB) nothing is notified, and
+// candidates find the lease free at the latest when they would have seen it
+// expire.
+func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	if err := checkTerm(key, owner, token); err != nil {
+		return false, err
+	}
+	var released bool
+	var err error
+	switch db := p.db.(type) {
+	case *pgxpool.Pool:
+		var c *pgxpool.Conn
+		if c, err = db.Acquire(ctx); err == nil {
+			released, err = releaseAndHint(ctx, c.Conn().PgConn(), key, owner, token)
+			c.Release()
+		}
+	case *pgx.Conn:
+		released, err = releaseAndHint(ctx, db.PgConn(), key, owner, token)
+	default:
+		err = p.db.QueryRow(ctx, `SELECT pgleader.release($1, $2, $3)`, exec, key, owner, token).Scan(&released)
+	}
+	if err != nil {
+		return false, sqlError("release", err)
+	}
+	return released, nil
+}
+
+// releaseAndHint pipelines the release and, after a Sync that commits it,
+// the release hint in an implicit transaction of its own, whose failure is
+// ignored. Both go out in one write.
+func releaseAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64) (bool, error) {
+	pl := c.StartPipeline(ctx)
+	pl.SendQueryParams(`SELECT pgleader.release($1, $2, $3)`,
+		[][]byte{[]byte(key), []byte(owner), strconv.AppendInt(nil, token, 10)}, nil, nil, nil)
+	pl.SendPipelineSync()
+	pl.SendQueryParams(`SELECT pg_notify($1, $2)`,
+		[][]byte{[]byte(channel), []byte(hintPayload("release", key))}, nil, nil, nil)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		_ = pl.Close()
+		return false, err
+	}
+	released, err := pipelineBool(pl)
+	_ = pl.Close() // reads the hint's answer; a hint that failed changes nothing
+	return released, err
+}
+
+// hintPayload is the notification payload for event on key, in the format
+// parseEvent reads (and replicas of earlier versions, which trusted the TTL
+// field, read too; 0 makes them look at once).
+func hintPayload(event, key string) string { return event + " 0 " + key }
+
+// pipelineBool reads one single-boolean result and its Sync.
+func pipelineBool(pl *pgconn.Pipeline) (bool, error) {
+	res, err := pl.GetResults()
+	if err != nil {
+		return false, err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return false, fmt.Errorf("pgleader: unexpected pipeline result %T", res)
+	}
+	var v bool
+	for rr.NextRow() {
+		v = string(rr.Values()[0]) == "t"
+	}
+	if _, err := rr.Close(); err != nil {
+		return false, err // Close reads on to the Sync
+	}
+	return v, pipelineDrain(pl)
+}
+
+// pipelineDrain reads results up to and including the next Sync.
+func pipelineDrain(pl *pgconn.Pipeline) error {
+	for {
+		res, err := pl.GetResults()
+		if err != nil {
+			return err
+		}
+		switch r := res.(type) {
+		case *pgconn.PipelineSync, nil:
+			return nil
+		case *pgconn.ResultReader:
+			_, _ = r.Close()
+		}
+	}
+}

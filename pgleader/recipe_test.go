@@ -118,6 +118,7 @@ type pgRun struct {
 func startPG(t *testing.T, db *pgtest.DB, spec pgleader.Spec, opts pgleader.Options) *pgRun {
 	t.Helper()
 	opts.Logger = quiet
+	spec.RequireFenceAdvance = spec.RequireFenceAdvance && opts.FenceFloor != nil // the scenario without a floor
 	el, err := pgleader.New(pgleader.NewPostgres(db.NewPool(t)), spec, opts)
 	if err != nil {
 		t.Fatal(err)

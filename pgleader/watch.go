@@ -10,11 +10,13 @@ type EventKind int
 
 // The kinds of lease events.
 const (
-	// EventAcquired: a term took the lease for TTL.
+	// EventAcquired: a term took the lease (a hint; sent by replicas of
+	// earlier versions, which notified every acquire).
 	EventAcquired EventKind = iota + 1
-	// EventRenewed: the holding term extended the lease by TTL.
+	// EventRenewed: the holding term extended the lease (a hint; sent by
+	// replicas of earlier versions, which notified every renewal).
 	EventRenewed
-	// EventReleased: the holding term freed the lease.
+	// EventReleased: the holding term freed the lease (a hint).
 	EventReleased
 	// EventResync: the watcher (re)connected, and events may have been
 	// missed before it; candidates should look again.
@@ -42,12 +44,13 @@ func (k EventKind) String() string {
 }
 
 // Event is one change to a key's lease, pushed to candidates by a Watcher.
+// Acquire, renew and release events are hints: the PostgreSQL channel they
+// come on accepts a notification from any role that can connect, so a
+// candidate only ever looks again when it hears one, and believes what it
+// reads.
 type Event struct {
 	Kind EventKind
 	Key  string
-	// TTL is how long the lease now runs, from about when the event was
-	// received, for EventAcquired and EventRenewed.
-	TTL time.Duration
 }
 
 // Watcher is implemented by backends that push lease events, so candidates

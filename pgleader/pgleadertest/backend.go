@@ -121,6 +121,17 @@ func (b *Backend) Listening() bool {
 	return !b.deaf
 }
 
+// Forge delivers ev to the watchers of ev.Key as if anyone had sent it:
+// a forged notification on PostgreSQL's channel looks the same, so a test
+// can check that an event alone never makes a candidate wait longer or
+// lead. Like the PostgreSQL backend, the backend's own operations notify
+// only releases.
+func (b *Backend) Forge(ev pgleader.Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.notify(ev)
+}
+
 // notify sends ev to key's watchers without blocking; b.mu is held.
 func (b *Backend) notify(ev pgleader.Event) {
 	if b.deaf {
@@ -284,7 +295,6 @@ func (b *Backend) AcquireWithFloor(ctx context.Context, key, owner string, ttl t
 	}
 	*r = row{holder: owner, token: max(r.token, floor) + 1, acquired: now, renewed: now, expires: now.Add(ttl)}
 	b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token, OK: true, Expires: r.expires})
-	b.notify(pgleader.Event{Kind: pgleader.EventAcquired, Key: key, TTL: ttl})
 	return r.lease(key, now), true, nil
 }
 
@@ -305,7 +315,6 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, token int64, ttl
 	}
 	r.renewed, r.expires = now, now.Add(ttl)
 	b.record(Event{At: now, Op: OpRenew, Key: key, Owner: owner, Token: token, OK: true, Expires: r.expires})
-	b.notify(pgleader.Event{Kind: pgleader.EventRenewed, Key: key, TTL: ttl})
 	return r.expires, nil
 }
 
