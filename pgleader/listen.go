@@ -54,7 +54,7 @@ type listener struct {
 	watchers  map[string]map[*watch]struct{}
 	count     int
 	listening bool
-	probed    bool // a probe arrived once: this is a direct session
+	reprobe   time.Duration // the first wait after a probe found no delivery
 }
 
 type watch struct {
@@ -63,7 +63,7 @@ type watch struct {
 }
 
 func newListener(db DB, connect *pgx.ConnConfig, log *slog.Logger) *listener {
-	return &listener{db: db, connect: connect, log: log, watchers: make(map[string]map[*watch]struct{})}
+	return &listener{db: db, connect: connect, log: log, watchers: make(map[string]map[*watch]struct{}), reprobe: reprobeAfter}
 }
 
 // Watch implements [Watcher].
@@ -129,7 +129,9 @@ func (l *listener) run(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	defer l.setListening(false)
 	backoff := 100 * time.Millisecond
-	reprobe := reprobeAfter
+	l.mu.Lock()
+	reprobe := l.reprobe
+	l.mu.Unlock()
 	for ctx.Err() == nil {
 		err := l.session(ctx)
 		if l.setListening(false) {
@@ -203,9 +205,6 @@ func (l *listener) session(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	l.probed = true
-	l.mu.Unlock()
 	l.setListening(true)
 	l.broadcast(Event{Kind: EventResync})
 	for {

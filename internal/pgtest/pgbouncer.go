@@ -24,6 +24,14 @@ import (
 // pgbouncer); .ci/run installs it.
 func (d *DB) Pgbouncer(t testing.TB) string {
 	t.Helper()
+	via, _ := d.PgbouncerWithLog(t)
+	return via
+}
+
+// PgbouncerWithLog is Pgbouncer, and also returns a function that reads
+// pgbouncer's log so far.
+func (d *DB) PgbouncerWithLog(t testing.TB) (string, func() string) {
+	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"} {
@@ -111,7 +119,10 @@ pidfile = %s
 	defer cancel()
 	for {
 		if err := ping(ctx, via.String()); err == nil {
-			return via.String()
+			return via.String(), func() string {
+				b, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+				return string(b)
+			}
 		}
 		select {
 		case err := <-exited:

@@ -1,0 +1,14 @@
+package pgleader
+
+import "time"
+
+// ParseEvent exposes parseEvent to the tests.
+var ParseEvent = parseEvent
+
+// SetReprobe sets how long p's listener waits before probing again after a
+// probe found no delivery (default reprobeAfter).
+func SetReprobe(p *Postgres, d time.Duration) {
+	p.listen.mu.Lock()
+	defer p.listen.mu.Unlock()
+	p.listen.reprobe = d
+}
