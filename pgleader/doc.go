@@ -83,23 +83,43 @@
 //
 // A candidate that finds the lease held learns the holder's expiry from the
 // database (as time remaining on the database clock, so the two clocks need
-// not agree) and sleeps until then. With a backend that is a [Watcher] —
-// [Postgres] is, through LISTEN/NOTIFY on one connection per backend — every
-// acquire, renew and release notifies the candidates: a renewal moves their
-// wake-up to the new expiry, and a release wakes them at once, with no random
-// back-off. An idle candidate of a healthy leader therefore sends no
-// statements at all, and one whose leader crashed campaigns at the expiry.
+// not agree) and sleeps until then, never longer than TTL. Renewals are not
+// announced: a candidate of a healthy leader reads the lease once per
+// expiry it read, about one statement per TTL - RenewEvery, and one whose
+// leader crashed campaigns at the expiry.
 //
-// This departs from a plain reading of CampaignEvery as the longest wait
-// between checks: while notifications flow, the wait is bounded by the
-// holder's expiry instead, because a candidate that polled every
-// CampaignEvery would send two statements a second for nothing. Whenever
-// notifications cannot be trusted — the LISTEN connection is down or
-// reconnecting, the backend is behind pgbouncer in transaction mode (detected
-// by a probe notification that never arrives), [PollOnly] was given, or the
-// backend is not a Watcher — candidates poll every CampaignEvery, less up to
-// 10% jitter. After a reconnect they look once at once, since a release may
-// have been missed.
+// With a backend that is a [Watcher] — [Postgres] is, through LISTEN/NOTIFY
+// on one connection per backend — a release also wakes candidates at once,
+// with no random back-off. A notification is a hint and nothing more: any
+// role that can connect can send one on the channel. So an event only ever
+// makes a candidate look sooner, never wait longer and never believe
+// anything it has not read; acquire and renew events (sent by replicas of
+// earlier versions) are ignored; every payload field is checked; and after a
+// release event that proved false (the same term still held the lease), the
+// next is heeded no sooner than CampaignEvery later, so a flood of forged
+// events costs what polling would. The notification itself is sent after
+// the release committed, in a transaction of its own, so it can never fail
+// or slow the release.
+//
+// Whenever notifications cannot be relied on — the LISTEN connection is down
+// or reconnecting, the backend is behind pgbouncer in transaction mode
+// (detected by a probe notification on a channel of its own that never
+// arrives; the probe is tried again later, from 30s up to every 10 minutes),
+// [PollOnly] was given, or the backend is not a Watcher — candidates poll
+// every CampaignEvery, less up to 10% jitter. After a reconnect they look
+// once at once, since a release may have been missed.
+//
+// # A term born late, a schema gone
+//
+// A campaign's acquire is bounded by the yield instant of the term it would
+// start. If an answer still arrives after it (a backend that ignored the
+// context), the term is released at once and neither Claim nor Lead runs:
+// it ends as [ReasonExpiring] without ever being reported started. A
+// renewal that finds the pgleader schema gone ([ErrNotMigrated]: dropped or
+// migrated down under a live term) ends the term at once as [ReasonLost]
+// rather than retrying until the yield instant. When the schema comes back
+// empty, token counters restart; the fence floor ([Options.FenceFloor]) is
+// what keeps the next tokens above what the store has seen.
 //
 // # What happens when leadership is lost
 //
