@@ -119,15 +119,13 @@ func (s Spec) resolve() (Spec, error) {
 	if len(errs) == 0 && s.CampaignEvery > s.TTL {
 		errs = append(errs, invalidf("Spec.CampaignEvery (%v) must not exceed TTL (%v)", s.CampaignEvery, s.TTL))
 	}
-	// Each part below TTL first, so their sum cannot overflow.
-	if len(errs) == 0 {
-		for _, f := range []struct {
-			name string
-			d    time.Duration
-		}{{"RenewEvery", s.RenewEvery}, {"YieldGrace", s.YieldGrace}, {"ReleaseTimeout", s.ReleaseTimeout}, {"Margin", s.Margin}} {
-			if f.d >= s.TTL {
-				errs = append(errs, invalidf("Spec.%s (%v) must be less than TTL (%v)", f.name, f.d, s.TTL))
-			}
+	// Each part at most MaxTTL first, so their sum cannot overflow.
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"RenewEvery", s.RenewEvery}, {"YieldGrace", s.YieldGrace}, {"ReleaseTimeout", s.ReleaseTimeout}, {"Margin", s.Margin}} {
+		if f.d > MaxTTL {
+			errs = append(errs, invalidf("Spec.%s must be at most %v, got %v", f.name, MaxTTL, f.d))
 		}
 	}
 	if sum := s.RenewEvery + s.YieldGrace + s.ReleaseTimeout + s.Margin; len(errs) == 0 && sum >= s.TTL {

@@ -62,11 +62,11 @@ func TestSpecInvalid(t *testing.T) {
 		{"sub-millisecond TTL", with(func(s *pgleader.Spec) { s.TTL = time.Microsecond }), []string{"Spec.TTL", "between 100ms and 24h0m0s"}},
 		{"1ms TTL with defaults", pgleader.Spec{Key: "k", TTL: time.Millisecond}, []string{"Spec.TTL", "between 100ms and 24h0m0s, got 1ms"}},
 		{"day-long TTL", with(func(s *pgleader.Spec) { s.TTL = 25 * time.Hour }), []string{"Spec.TTL", "got 25h0m0s"}},
-		{"overflowing RenewEvery", with(func(s *pgleader.Spec) { s.RenewEvery = 2562047 * time.Hour }), []string{"Spec.RenewEvery (2562047h0m0s) must be less than TTL (6s)"}},
+		{"overflowing RenewEvery", with(func(s *pgleader.Spec) { s.RenewEvery = 2562047 * time.Hour }), []string{"Spec.RenewEvery must be at most 24h0m0s, got 2562047h0m0s"}},
 		{"overflowing sum", with(func(s *pgleader.Spec) {
 			s.TTL = 24 * time.Hour
 			s.RenewEvery, s.YieldGrace, s.ReleaseTimeout, s.Margin = 1<<62, 1<<62, 1<<62, 1<<62
-		}), []string{"Spec.RenewEvery", "Spec.YieldGrace", "Spec.ReleaseTimeout", "Spec.Margin", "less than TTL (24h0m0s)"}},
+		}), []string{"Spec.RenewEvery must be at most", "Spec.YieldGrace must be at most", "Spec.ReleaseTimeout must be at most", "Spec.Margin must be at most"}},
 		{"1ns RenewEvery", with(func(s *pgleader.Spec) { s.RenewEvery = 1 }), []string{"Spec.RenewEvery must be at least 5ms", "got 1ns"}},
 		{"1ns CampaignEvery", with(func(s *pgleader.Spec) { s.CampaignEvery = 1 }), []string{"Spec.CampaignEvery must be at least 5ms", "got 1ns"}},
 		{"CampaignEvery over TTL", with(func(s *pgleader.Spec) { s.CampaignEvery = time.Minute }), []string{"Spec.CampaignEvery (1m0s) must not exceed TTL (6s)"}},
