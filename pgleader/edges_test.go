@@ -334,3 +334,84 @@ func TestPoolerWithPgxDefaults(t *testing.T) {
 		t.Fatalf("b leads with token %d, want 2", tok)
 	}
 }
+
+// TestLeaseOpsSurviveFailingNotify: a notification that cannot be sent (a
+// full queue; here, a pg_notify that raises) never fails acquire, renew or
+// release; and renewals notify nothing at all.
+func TestLeaseOpsSurviveFailingNotify(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `CREATE FUNCTION public.pg_notify(text, text) RETURNS void
+		LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'too many notifications in the NOTIFY queue'; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	// Sessions that find public.pg_notify before pg_catalog's.
+	pool := db.NewPoolConfig(t, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["search_path"] = "public, pg_catalog"
+	})
+	var raised bool
+	if err := pool.QueryRow(ctx, `SELECT pg_notify('pgleader', 'x') IS NULL`).Scan(&raised); err == nil {
+		t.Fatal("the failing pg_notify is not in effect")
+	}
+	b := pgleader.NewPostgres(pool, pgleader.PollOnly())
+	l, ok, err := b.Acquire(ctx, "k", "a", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("acquire with notifications failing: %v %v", ok, err)
+	}
+	if _, err := b.Renew(ctx, "k", "a", l.Token, time.Minute); err != nil {
+		t.Fatalf("renew with notifications failing: %v", err)
+	}
+	if released, err := b.Release(ctx, "k", "a", l.Token); err != nil || !released {
+		t.Fatalf("release with notifications failing: %v %v", released, err)
+	}
+	if l, err := b.Lease(ctx, "k"); err != nil || l.Held() {
+		t.Fatalf("after release: %+v %v", l, err)
+	}
+}
+
+// TestOnlyReleasesNotify counts the notifications of each lease operation:
+// none for acquire and renew (a notifying commit takes a cluster-wide lock),
+// one for release.
+func TestOnlyReleasesNotify(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	listen := db.Conn(t)
+	if _, err := listen.Exec(ctx, "LISTEN pgleader"); err != nil {
+		t.Fatal(err)
+	}
+	count := func() (n int) {
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err := listen.WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				return n
+			}
+			n++
+		}
+	}
+	b := pgleader.NewPostgres(db.Pool, pgleader.PollOnly())
+	l, _, err := b.Acquire(ctx, "k", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("acquire sent %d notifications, want 0", n)
+	}
+	for range 5 {
+		if _, err := b.Renew(ctx, "k", "a", l.Token, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(); n != 0 {
+		t.Errorf("5 renewals sent %d notifications, want 0", n)
+	}
+	if _, err := b.Release(ctx, "k", "a", l.Token); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("release sent %d notifications, want 1", n)
+	}
+}

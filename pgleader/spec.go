@@ -40,12 +40,13 @@ type Spec struct {
 	// Key names the work; 1 to MaxKeyLen bytes. Required.
 	Key string
 	// TTL is how long an acquire or renew holds the lease on the database
-	// clock. Default DefaultTTL.
+	// clock, from MinTTL to MaxTTL. Default DefaultTTL.
 	TTL time.Duration
-	// RenewEvery is the interval between renewals. Default TTL/3.
+	// RenewEvery is the interval between renewals, at least MinInterval.
+	// Default TTL/3.
 	RenewEvery time.Duration
 	// CampaignEvery is the interval between campaigns while another
-	// replica leads. Default TTL/12.
+	// replica leads, at least MinInterval and at most TTL. Default TTL/12.
 	CampaignEvery time.Duration
 	// Margin absorbs clock-rate drift and scheduling delay between the
 	// local clock and the database's. Default TTL/12.
