@@ -6,6 +6,22 @@
 -- expiry decision reads clock_timestamp(), the database clock at the moment
 -- the statement runs, never now() (the start of the surrounding transaction).
 
+-- A schema "pgleader" that another role owns is not adopted: its owner could
+-- drop or replace what is created in it.
+DO $$
+DECLARE
+    owner name;
+BEGIN
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO owner
+      FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'pgleader';
+    IF FOUND AND owner <> current_user THEN
+        RAISE EXCEPTION 'pgleader: the schema "pgleader" already exists and is owned by %, not by %', owner, current_user
+            USING ERRCODE = '42501',
+                  HINT = 'Migrate as the role that owns the schema, or drop or rename the schema first.';
+    END IF;
+END
+$$;
+
 CREATE SCHEMA IF NOT EXISTS pgleader;
 
 CREATE TABLE pgleader.lease (

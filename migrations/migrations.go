@@ -21,13 +21,19 @@ package migrations
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -37,7 +43,7 @@ import (
 const HistoryTable = "pgleader_schema_migrations"
 
 // Latest is the newest schema version this module ships and expects.
-const Latest uint = 2
+const Latest uint = 3
 
 //go:embed *.sql
 var files embed.FS
@@ -47,9 +53,17 @@ var files embed.FS
 func FS() embed.FS { return files }
 
 // Up applies every migration not yet applied. A database already at
-// [Latest] is left as it is and is not an error.
+// [Latest] is left as it is and is not an error, even for a role that may
+// only use the schema (see the grants in docs/migrating.md). On a database
+// without pgleader's schema it refuses a schema "pgleader" that another role
+// owns.
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
-	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Up() })
+	return run(ctx, pool, func(m *migrate.Migrate) error {
+		if err := checkSchemaOwner(ctx, pool, m); err != nil {
+			return err
+		}
+		return m.Up()
+	})
 }
 
 // Down reverts every pgleader migration, dropping the schema "pgleader" and
@@ -64,7 +78,34 @@ func To(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	if version < 1 || version > Latest {
 		return fmt.Errorf("pgleader/migrations: version %d out of range 1..%d (use Down to revert all)", version, Latest)
 	}
-	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Migrate(version) })
+	return run(ctx, pool, func(m *migrate.Migrate) error {
+		if err := checkSchemaOwner(ctx, pool, m); err != nil {
+			return err
+		}
+		return m.Migrate(version)
+	})
+}
+
+// checkSchemaOwner refuses, before the first migration is recorded, a schema
+// "pgleader" owned by another role. Migration 1 refuses it too, for the
+// golang-migrate CLI, but a failed migration leaves the history dirty.
+func checkSchemaOwner(ctx context.Context, pool *pgxpool.Pool, m *migrate.Migrate) error {
+	if _, _, err := m.Version(); !errors.Is(err, migrate.ErrNilVersion) {
+		return nil // migrated before (or unreadable: m reports it)
+	}
+	var owner, user string
+	err := pool.QueryRow(ctx, `SELECT pg_catalog.pg_get_userbyid(n.nspowner), current_user
+		FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'pgleader'`).Scan(&owner, &user)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if owner != user {
+		return fmt.Errorf("the schema \"pgleader\" already exists and is owned by %s, not by %s; migrate as its owner, or drop or rename it first", owner, user)
+	}
+	return nil
 }
 
 // Version reports the applied version (0 if none) and whether the last
@@ -124,8 +165,15 @@ func run(ctx context.Context, pool *pgxpool.Pool, f func(*migrate.Migrate) error
 	if err != nil {
 		return fmt.Errorf("pgleader/migrations: %w", err)
 	}
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
+	// golang-migrate's driver keeps a connection checked out that it does
+	// not give back when it fails to start; conns gives every one back.
+	conns := &connector{ctx: ctx, pool: stdlib.GetPoolConnector(pool)}
+	db := sql.OpenDB(conns)
+	db.SetMaxIdleConns(0) // the pool keeps the idle connections
+	defer func() {
+		_ = db.Close()
+		conns.closeLeft()
+	}()
 	drv, err := migratepgx.WithInstance(db, &migratepgx.Config{MigrationsTable: HistoryTable})
 	if err != nil {
 		return fmt.Errorf("pgleader/migrations: %w", err)
@@ -150,4 +198,71 @@ func run(ctx context.Context, pool *pgxpool.Pool, f func(*migrate.Migrate) error
 		return fmt.Errorf("pgleader/migrations: %w", err)
 	}
 	return ctx.Err()
+}
+
+// connector hands database/sql connections from the pool, bounded by ctx
+// (golang-migrate's driver asks for them without a context), and remembers
+// them, so that closeLeft can return the ones golang-migrate never closed.
+type connector struct {
+	ctx  context.Context
+	pool driver.Connector
+
+	mu    sync.Mutex
+	conns []*conn
+}
+
+// conn is a pool connection lent to database/sql. Embedding *stdlib.Conn
+// keeps every optional interface of the driver's connection.
+type conn struct {
+	*stdlib.Conn
+	closed atomic.Bool
+}
+
+func (c *conn) Close() error {
+	c.closed.Store(true)
+	return c.Conn.Close()
+}
+
+func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
+	dc, err := c.pool.Connect(ctx)
+	if err != nil {
+		if cerr := c.ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	sc, ok := dc.(*stdlib.Conn)
+	if !ok {
+		_ = dc.Close()
+		return nil, fmt.Errorf("unexpected driver connection %T", dc)
+	}
+	cn := &conn{Conn: sc}
+	c.mu.Lock()
+	c.conns = append(c.conns, cn)
+	c.mu.Unlock()
+	return cn, nil
+}
+
+func (c *connector) Driver() driver.Driver { return c.pool.Driver() }
+
+// closeLeft returns to the pool every connection not closed yet, after
+// closing its PostgreSQL session: whoever left it may have left a session
+// advisory lock or a transaction behind, and the pool discards a closed
+// connection instead of reusing it.
+func (c *connector) closeLeft() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cn := range c.conns {
+		if cn.closed.Load() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = cn.Conn.Conn().Close(ctx)
+		cancel()
+		_ = cn.Close()
+	}
+	c.conns = nil
 }

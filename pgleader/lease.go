@@ -117,10 +117,20 @@ func CheckToken(token int64) error {
 	return nil
 }
 
-// CheckFloor returns an error matching [ErrInvalid] if floor is negative.
+// MaxFloor is the largest floor a key's token counter may be advanced to,
+// 2^62 - 1. It leaves 2^62 tokens above every floor, so no floor, advance
+// or fence can exhaust a key's tokens; the SQL functions refuse larger
+// floors too.
+const MaxFloor int64 = 1<<62 - 1
+
+// CheckFloor returns an error matching [ErrInvalid] unless floor is 0 to
+// [MaxFloor].
 func CheckFloor(floor int64) error {
 	if floor < 0 {
 		return invalidf("floor must not be negative, got %d", floor)
+	}
+	if floor > MaxFloor {
+		return invalidf("floor %d is above the limit %d (2^62 - 1)", floor, MaxFloor)
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func Set(column string, value any) Assignment {
 // It returns a [*StaleError] (matching [ErrFenced]) if the fence was not
 // lower, and an error matching [ErrNotFound] if no row has the key.
 func (c Column) Claim(ctx context.Context, db Querier, key any, token int64) error {
-	if err := c.check(token); err != nil {
+	if err := c.check(key, token); err != nil {
 		return err
 	}
 	sql := fmt.Sprintf(`UPDATE %s SET %s = $2 WHERE %s = $1 AND (%[2]s IS NULL OR %[2]s < $2)`,
@@ -84,7 +84,7 @@ func (c Column) Claim(ctx context.Context, db Querier, key any, token int64) err
 // matching [ErrNotFound] if no row has the key. An assignment to the fence
 // column, or two to one column, is [ErrInvalid].
 func (c Column) Write(ctx context.Context, db Querier, key any, token int64, set ...Assignment) error {
-	if err := c.check(token); err != nil {
+	if err := c.check(key, token); err != nil {
 		return err
 	}
 	var b strings.Builder
@@ -112,6 +112,9 @@ func (c Column) Write(ctx context.Context, db Querier, key any, token int64, set
 // returns an error matching [ErrNotFound] if no row has the key.
 func (c Column) Floor(ctx context.Context, db Querier, key any) (int64, error) {
 	if err := c.checkNames(); err != nil {
+		return 0, err
+	}
+	if err := checkKey(key); err != nil {
 		return 0, err
 	}
 	sql := fmt.Sprintf(`SELECT %s FROM %s WHERE %s = $1`,
@@ -148,8 +151,11 @@ func (c Column) exec(ctx context.Context, db Querier, op, sql string, args []any
 	return &StaleError{Resource: c.resource(key), Token: token, Stored: stored, Claim: claim}
 }
 
-func (c Column) check(token int64) error {
+func (c Column) check(key any, token int64) error {
 	if err := c.checkNames(); err != nil {
+		return err
+	}
+	if err := checkKey(key); err != nil {
 		return err
 	}
 	return checkToken(token)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -37,7 +38,8 @@ var (
 	ErrNotFound = errors.New("sqlfence: row not found")
 
 	// ErrInvalid is matched by every error about bad input: an empty or
-	// malformed identifier or resource, a token below 1.
+	// malformed identifier, resource or key, a token below 1 or above
+	// [MaxToken].
 	ErrInvalid = errors.New("sqlfence: invalid")
 
 	// ErrNotMigrated is matched when the database lacks the pgleader schema
@@ -159,6 +161,12 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
+// MaxToken is the largest token the fences accept, 2^62 - 1: the same limit
+// as pgleader.MaxFloor, so that every stored fence can serve as a lease's
+// floor and no write can leave a resource without higher tokens. The SQL
+// functions refuse larger tokens too (SQLSTATE 22023).
+const MaxToken int64 = 1<<62 - 1
+
 // MaxResourceLen is the longest resource name, and lease key, in bytes.
 const MaxResourceLen = 200
 
@@ -176,6 +184,23 @@ func checkName(what, s string, limit int) error {
 func checkToken(token int64) error {
 	if err := check.Token(token); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if token > MaxToken {
+		return invalidf("token %d is above the limit %d (2^62 - 1)", token, MaxToken)
+	}
+	return nil
+}
+
+// checkKey refuses a [Column] key that PostgreSQL cannot receive as text: a
+// string with a NUL byte or invalid UTF-8. Other types are left to the
+// server, which knows the column's type.
+func checkKey(key any) error {
+	s, ok := key.(string)
+	if !ok {
+		return nil
+	}
+	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		return invalidf("key %q must be valid UTF-8 without NUL bytes", s)
 	}
 	return nil
 }

@@ -3,9 +3,12 @@ package sqlfence
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgleader/pgleader/internal/check"
 )
 
 // LeaseGuardTx is strength 3: it checks, inside tx, that the term (key,
@@ -64,5 +67,9 @@ func checkLease(key string, token int64) error {
 	if err := checkName("key", key, MaxResourceLen); err != nil {
 		return err
 	}
-	return checkToken(token)
+	// A lease token is only compared, never stored: any positive one will do.
+	if err := check.Token(token); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@
 //	pgleader migrate up|down|version
 //	pgleader status [KEY]
 //	pgleader advance KEY FLOOR
+//	pgleader grant ROLE
 //	pgleader run --key KEY [flags] -- COMMAND [ARG...]
 //
 // Every command takes --database URL, or reads DATABASE_URL. Exit status: 0
@@ -36,6 +37,7 @@ Usage:
   pgleader migrate [--database URL] [--yes] up|down|version
   pgleader status  [--database URL] [KEY]
   pgleader advance [--database URL] KEY FLOOR
+  pgleader grant   [--database URL] ROLE
   pgleader run     [--database URL] --key KEY [flags] -- COMMAND [ARG...]
 
 The database is --database, or else $DATABASE_URL.
@@ -88,10 +90,12 @@ func dispatch(args []string, stdout, stderr *os.File) error {
 		return cmdStatus(rest, stdout, stderr)
 	case "advance":
 		return cmdAdvance(rest, stdout, stderr)
+	case "grant":
+		return cmdGrant(rest, stdout, stderr)
 	case "run":
 		return cmdRun(rest, stderr)
 	}
-	return &usageError{err: fmt.Errorf("unknown command %q (want migrate, status, advance or run)", cmd)}
+	return &usageError{err: fmt.Errorf("unknown command %q (want migrate, status, advance, grant or run)", cmd)}
 }
 
 // usageError is bad usage: the process exits 2 and points to the help.
@@ -131,19 +135,46 @@ func databaseFlag(fs *flag.FlagSet) *string {
 }
 
 // parse parses args for fs, letting flags and positional arguments mix, and
-// returns the positional ones. A parse error is bad usage.
+// returns the positional ones. A negative number is a positional argument,
+// so that its command can say which values it takes, rather than the flag
+// package calling it an unknown flag. A parse error is bad usage.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
+	for len(args) > 0 {
+		if isNegativeNumber(args[0]) {
+			pos, args = append(pos, args[0]), args[1:]
+			continue
+		}
+		end := len(args)
+		for i, a := range args {
+			if isNegativeNumber(a) {
+				end = i
+				break
+			}
+		}
+		if err := fs.Parse(args[:end]); err != nil {
 			return nil, flagError(fs.Name(), err)
 		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
+		rest := fs.Args()
+		if len(rest) > 0 {
+			pos = append(pos, rest[0])
+			rest = rest[1:]
 		}
-		pos, args = append(pos, args[0]), args[1:]
+		args = append(rest[:len(rest):len(rest)], args[end:]...)
 	}
+	return pos, nil
+}
+
+func isNegativeNumber(s string) bool {
+	if len(s) < 2 || s[0] != '-' {
+		return false
+	}
+	for _, r := range s[1:] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // flagError turns a flag package error, which it has already printed with

@@ -1,0 +1,66 @@
+//go:build unix
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgleader/pgleader/migrations"
+)
+
+const grantUsage = `Usage: pgleader grant [--database URL] ROLE
+
+Gives ROLE what an application needs to use pgleader without owning it, by
+calling the SQL function pgleader.grant_usage: USAGE on the schema
+"pgleader"; SELECT, INSERT and UPDATE on its tables lease and fence; EXECUTE
+on its functions; and SELECT on the history table pgleader_schema_migrations
+in this connection's current schema, so that 'migrate up' (or migrations.Up)
+run by ROLE on an up-to-date database succeeds. Run it as the role that
+migrated, after 'pgleader migrate up'; it is safe to repeat.
+`
+
+func cmdGrant(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("grant", grantUsage, stderr)
+	db := databaseFlag(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return usagef("grant", "want ROLE, got %d arguments", len(pos))
+	}
+	role := pos[0]
+	url, err := databaseURL("grant", *db)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	pool, err := openPool(ctx, "grant", url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	var history *string
+	err = pool.QueryRow(ctx, `
+		WITH h AS (SELECT to_regclass(quote_ident(current_schema()) || '.' || quote_ident($2)) AS t)
+		SELECT t::text FROM h, pgleader.grant_usage($1, h.t) AS g`, role, migrations.HistoryTable).Scan(&history)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "3F000" || pgErr.Code == "42883") {
+			return errors.New("grant: the database has no pgleader schema at version 3 or later: run 'pgleader migrate up'")
+		}
+		return fmt.Errorf("grant: %w", err)
+	}
+	if history == nil {
+		fmt.Fprintf(stdout, "granted the use of pgleader to %s (no history table %s in the current schema)\n", role, migrations.HistoryTable)
+		return nil
+	}
+	fmt.Fprintf(stdout, "granted the use of pgleader to %s, and SELECT on %s\n", role, *history)
+	return nil
+}
