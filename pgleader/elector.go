@@ -180,6 +180,9 @@ func (e *Elector) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer e.running.Unlock()
+	if h, ok := e.backend.(interface{ holdConnections() func() }); ok {
+		defer h.holdConnections()()
+	}
 
 	// Watch while campaigning only: a leader has no use for lease events,
 	// and its LISTEN connection, if no other elector of the backend needs

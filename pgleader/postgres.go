@@ -26,10 +26,18 @@ type DB interface {
 // in the schema "pgleader" (see package migrations), decided by PostgreSQL on
 // its own clock. It is safe for concurrent use if its DB is (a pool is; a
 // single *pgx.Conn is not). Share one Postgres among the Electors of a
-// process: they then share its one LISTEN connection.
+// process: they then share its LISTEN connection and its lease connection.
+//
+// Over a *pgxpool.Pool, while any Elector's Run is running, the lease
+// operations of the backend go through one connection of their own, opened
+// from the pool's configuration (application_name "pgleader lease") and
+// closed when the last Run returns: a body that holds every connection of
+// the pool cannot starve its own renewals, and no pool health check sits on
+// a renewal's or a handover's path. Calls made outside a Run use the pool.
 type Postgres struct {
 	db     DB
-	listen *listener // nil when poll-only
+	listen *listener  // nil when poll-only
+	lease  *leaseConn // nil unless db is a pool
 }
 
 // PostgresOption configures NewPostgres.
@@ -71,6 +79,9 @@ func NewPostgres(db DB, opts ...PostgresOption) *Postgres {
 		cfg.connect = pool.Config().ConnConfig
 	}
 	p := &Postgres{db: db}
+	if pool, ok := db.(*pgxpool.Pool); ok {
+		p.lease = &leaseConn{cfg: pool.Config().ConnConfig}
+	}
 	if !cfg.pollOnly && cfg.connect != nil {
 		if cfg.logger == nil {
 			cfg.logger = slog.Default()
@@ -102,10 +113,12 @@ func (p *Postgres) AcquireWithFloor(ctx context.Context, key, owner string, ttl 
 	}
 	l := Lease{Key: key}
 	var acquired bool
-	err := p.db.QueryRow(ctx,
-		`SELECT acquired, holder, token, expires_at, db_now FROM pgleader.acquire($1, $2, $3, $4)`, exec,
-		key, owner, interval(ttl), floor,
-	).Scan(&acquired, &l.Holder, &l.Token, &l.ExpiresAt, &l.Now)
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx,
+			`SELECT acquired, holder, token, expires_at, db_now FROM pgleader.acquire($1, $2, $3, $4)`, exec,
+			key, owner, interval(ttl), floor,
+		).Scan(&acquired, &l.Holder, &l.Token, &l.ExpiresAt, &l.Now)
+	})
 	if err != nil {
 		return Lease{}, false, sqlError("acquire", err)
 	}
@@ -124,8 +137,10 @@ func (p *Postgres) Renew(ctx context.Context, key, owner string, token int64, tt
 		return time.Time{}, err
 	}
 	var expires pgtype.Timestamptz
-	err := p.db.QueryRow(ctx, `SELECT pgleader.renew($1, $2, $3, $4)`, exec,
-		key, owner, token, interval(ttl)).Scan(&expires)
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx, `SELECT pgleader.renew($1, $2, $3, $4)`, exec,
+			key, owner, token, interval(ttl)).Scan(&expires)
+	})
 	if err != nil {
 		return time.Time{}, sqlError("renew", err)
 	}
@@ -143,9 +158,11 @@ func (p *Postgres) Lease(ctx context.Context, key string) (Lease, error) {
 	l := Lease{Key: key}
 	var holder pgtype.Text
 	var acquired, renewed, expires pgtype.Timestamptz
-	err := p.db.QueryRow(ctx,
-		`SELECT holder, token, acquired_at, renewed_at, expires_at, db_now FROM pgleader.lease($1)`, exec, key,
-	).Scan(&holder, &l.Token, &acquired, &renewed, &expires, &l.Now)
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx,
+			`SELECT holder, token, acquired_at, renewed_at, expires_at, db_now FROM pgleader.lease($1)`, exec, key,
+		).Scan(&holder, &l.Token, &acquired, &renewed, &expires, &l.Now)
+	})
 	if err != nil {
 		return Lease{}, sqlError("lease", err)
 	}
@@ -164,8 +181,10 @@ func (p *Postgres) Advance(ctx context.Context, key string, floor int64) (bool, 
 	}
 	var advanced bool
 	var counter int64
-	err := p.db.QueryRow(ctx, `SELECT advanced, token FROM pgleader.advance($1, $2)`, exec, key, floor).
-		Scan(&advanced, &counter)
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx, `SELECT advanced, token FROM pgleader.advance($1, $2)`, exec, key, floor).
+			Scan(&advanced, &counter)
+	})
 	if err != nil {
 		return false, 0, sqlError("advance", err)
 	}
@@ -200,7 +219,7 @@ var sqlError = check.Sentinels{Prefix: "pgleader", NotMigrated: ErrNotMigrated, 
 // watch the key. The notification is sent in a transaction of its own after
 // the release committed, so it can neither fail the release (a full
 // notification queue) nor make it wait for the lock every notifying commit
-// takes; on a *pgxpool.Pool or *pgx.Conn both go out in one round trip.
+// takes; over a *pgxpool.Pool or a *pgx.Conn both go out in one round trip.
 // Inside a caller's transaction (a pgx.Tx as DB) nothing is notified, and
 // candidates find the lease free at the latest when they would have seen it
 // expire.
@@ -209,19 +228,13 @@ func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) 
 		return false, err
 	}
 	var released bool
-	var err error
-	switch db := p.db.(type) {
-	case *pgxpool.Pool:
-		var c *pgxpool.Conn
-		if c, err = db.Acquire(ctx); err == nil {
-			released, err = releaseAndHint(ctx, c.Conn().PgConn(), key, owner, token)
-			c.Release()
+	err := p.with(ctx, func(db DB, pg *pgconn.PgConn) (err error) {
+		if pg == nil {
+			return db.QueryRow(ctx, `SELECT pgleader.release($1, $2, $3)`, exec, key, owner, token).Scan(&released)
 		}
-	case *pgx.Conn:
-		released, err = releaseAndHint(ctx, db.PgConn(), key, owner, token)
-	default:
-		err = p.db.QueryRow(ctx, `SELECT pgleader.release($1, $2, $3)`, exec, key, owner, token).Scan(&released)
-	}
+		released, err = releaseAndHint(ctx, pg, key, owner, token)
+		return err
+	})
 	if err != nil {
 		return false, sqlError("release", err)
 	}

@@ -152,7 +152,9 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 // resolveSpec fills in the Spec's defaults the way pgleader.New does, so
 // the checker knows the real timing.
 func resolveSpec(spec pgleader.Spec) (pgleader.Spec, error) {
-	el, err := pgleader.New(noBackend{}, spec, pgleader.Options{Owner: "spec", Lead: func(context.Context, *pgleader.Term) error { return nil }})
+	el, err := pgleader.New(noBackend{}, spec, pgleader.Options{Owner: "spec",
+		Lead:       func(context.Context, *pgleader.Term) error { return nil },
+		FenceFloor: func(context.Context) (int64, error) { return 0, nil }})
 	if err != nil {
 		return spec, err
 	}

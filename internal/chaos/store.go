@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS chaos_lease_audit (
     old_holder   text, old_token bigint, old_acquired timestamptz, old_expires timestamptz,
     new_holder   text, new_token bigint, new_acquired timestamptz, new_expires timestamptz
 );
-CREATE OR REPLACE FUNCTION chaos_lease_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION chaos_lease_audit() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = public AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO chaos_lease_audit (op, key, new_holder, new_token, new_acquired, new_expires)
