@@ -20,6 +20,10 @@ test: ## Vet, then run every test under the race detector (finds or starts Postg
 test-versions: ## Run the PostgreSQL-facing tests on a throwaway server of each major in VERSIONS (13-18).
 	@GO="$(GO)" VERSIONS="$(VERSIONS)" ./scripts/test-versions.sh
 
+.PHONY: compose-test
+compose-test: ## Run docker-compose.yml, stop the leading publisher, check the takeover (needs Docker; see README).
+	@GO="$(GO)" ./scripts/compose-test.sh
+
 .PHONY: lint
 lint: ## gofmt check, go vet and staticcheck.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
