@@ -24,7 +24,8 @@ if [ ! -x "$bin" ]; then
 	cp -r "$src/." "$work"
 	chmod -R u+w "$work"
 	mkdir -p "$CACHE/bin"
-	(cd "$work" && CGO_ENABLED=0 GOTOOLCHAIN=local "$GO" build -trimpath -o "$bin.tmp" ./cmd)
+	(cd "$work" && CGO_ENABLED=0 GOTOOLCHAIN=local "$GO" build -trimpath \
+		-ldflags "-X github.com/docker/compose/v2/internal.Version=$COMPOSE_VERSION" -o "$bin.tmp" ./cmd)
 	mv "$bin.tmp" "$bin"
 	rm -rf "$work"
 fi

@@ -34,6 +34,7 @@ if [ ! -s "$base" ] || [ -n "${FORCE:-}" ]; then
 	debootstrap --variant=minbase bookworm "$root" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 ||
 		{ tail -n 20 "$CACHE/debootstrap.log" >&2; rm -rf "$root"; exit 1; }
 	rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+	chmod 755 "$root" # mktemp's 0700 would become the image's /
 	tar -C "$root" -cf "$base.tmp" .
 	mv "$base.tmp" "$base"
 	rm -rf "$root"
@@ -45,12 +46,15 @@ tree() {
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	tar -C "$dir" -xf "$base"
+	chmod 755 "$dir"
 	echo "$dir"
 }
 
 if ! have pgleader-ci/debian:bookworm; then
 	log "pgleader-ci/debian:bookworm"
-	docker import --change 'CMD ["/bin/bash"]' "$base" pgleader-ci/debian:bookworm >/dev/null
+	dir=$(tree debian)
+	tar -C "$dir" -c . | docker import --change 'CMD ["/bin/bash"]' - pgleader-ci/debian:bookworm >/dev/null
+	rm -rf "$dir"
 fi
 
 if ! have pgleader-ci/postgres:15; then
@@ -60,8 +64,8 @@ if ! have pgleader-ci/postgres:15; then
 	chmod +x "$dir/usr/sbin/policy-rc.d"
 	cp /etc/resolv.conf "$dir/etc/resolv.conf"
 	echo "deb $MIRROR bookworm main" >"$dir/etc/apt/sources.list"
-	chroot "$dir" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null' ||
-		{ log "apt-get install postgresql-15 failed"; exit 1; }
+	chroot "$dir" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15' >"$CACHE/postgres-image.log" 2>&1 ||
+		{ tail -n 20 "$CACHE/postgres-image.log" >&2; log "apt-get install postgresql-15 failed"; exit 1; }
 	rm -rf "$dir"/var/lib/postgresql/15 "$dir"/etc/postgresql/15 "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/archives/*.deb "$dir/usr/sbin/policy-rc.d"
 	: >"$dir/etc/resolv.conf"
 	install -m 0755 postgres-entrypoint.sh "$dir/usr/local/bin/docker-entrypoint.sh"
@@ -71,7 +75,6 @@ if ! have pgleader-ci/postgres:15; then
 		--change 'ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]' \
 		--change 'CMD ["postgres"]' \
 		--change 'EXPOSE 5432' \
-		--change 'STOPSIGNAL SIGINT' \
 		- pgleader-ci/postgres:15 >/dev/null
 	rm -rf "$dir"
 fi
@@ -93,7 +96,9 @@ fi
 
 if ! have pgleader-ci/static:nonroot; then
 	log "pgleader-ci/static:nonroot"
-	docker import --change 'USER 65532:65532' "$base" pgleader-ci/static:nonroot >/dev/null
+	dir=$(tree static)
+	tar -C "$dir" -c . | docker import --change 'USER 65532:65532' - pgleader-ci/static:nonroot >/dev/null
+	rm -rf "$dir"
 fi
 
 cat <<'VARS'
