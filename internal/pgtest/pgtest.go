@@ -95,6 +95,18 @@ func NewEmpty(t testing.TB) *DB {
 	return create(t, "template0")
 }
 
+// ServerURL returns a URL of the tests' server's maintenance database,
+// finding or starting the server as New does; for code that cannot take a
+// testing.TB, such as an Example's set-up. The server is stopped by Main.
+func ServerURL() (string, error) {
+	server.once.Do(func() { server.err = connectServer() })
+	if server.err != nil {
+		return "", fmt.Errorf("pgtest: %w", server.err)
+	}
+	u := *server.baseURL
+	return u.String(), nil
+}
+
 // HostPort is the host and port of d's server, as in d.URL.
 func (d *DB) HostPort() string {
 	u, err := url.Parse(d.URL)
