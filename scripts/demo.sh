@@ -62,7 +62,11 @@ if [ -n "$url" ]; then
 	exec "$handover" -database "$url"
 fi
 
-echo "demo: no DATABASE_URL, no PostgreSQL on 127.0.0.1:5432, no Docker engine: starting a throwaway PostgreSQL of its own" >&2
+if [ "$mode" = embedded ]; then
+	echo "demo: PGLEADER_POSTGRES=embedded: starting a throwaway PostgreSQL of its own" >&2
+else
+	echo "demo: no DATABASE_URL, no PostgreSQL on 127.0.0.1:5432, no Docker engine: starting a throwaway PostgreSQL of its own" >&2
+fi
 "$GO" build -o "$tmp/withpg" ./internal/embedpg/withpg
 if "$tmp/withpg" -- "$handover"; then
 	exit 0
