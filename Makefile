@@ -3,17 +3,26 @@
 GO        ?= go
 STATICCHECK_VERSION := v0.8.2
 DURATION  ?= 2m
+VERSIONS  ?= 13 14 15 16 17 18
 
 .DEFAULT_GOAL := help
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: ## Vet, then run every test under the race detector (needs PostgreSQL; see README).
+test: ## Vet, then run every test under the race detector (finds or starts PostgreSQL; see README).
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 9m ./...
+	$(GO) run ./internal/embedpg/withpg -if-needed -- $(GO) test -race -count=1 -timeout 9m ./...
+
+.PHONY: test-versions
+test-versions: ## Run the PostgreSQL-facing tests on a throwaway server of each major in VERSIONS (13-18).
+	@GO="$(GO)" VERSIONS="$(VERSIONS)" ./scripts/test-versions.sh
+
+.PHONY: compose-test
+compose-test: ## Run docker-compose.yml, stop the leading publisher, check the takeover (needs Docker; see README).
+	@GO="$(GO)" ./scripts/compose-test.sh
 
 .PHONY: lint
 lint: ## gofmt check, go vet and staticcheck.

@@ -20,8 +20,9 @@ type compose struct {
 type service struct {
 	Image string `yaml:"image"`
 	Build *struct {
-		Context    string `yaml:"context"`
-		Dockerfile string `yaml:"dockerfile"`
+		Context    string            `yaml:"context"`
+		Dockerfile string            `yaml:"dockerfile"`
+		Args       map[string]string `yaml:"args"`
 	} `yaml:"build"`
 	Command     []string          `yaml:"command"`
 	Environment map[string]string `yaml:"environment"`
@@ -37,7 +38,8 @@ type service struct {
 }
 
 // TestComposeFile checks docker-compose.yml against the program its images
-// run, since no Docker engine runs the tests: the build context and
+// run, since make test needs no Docker engine (make compose-test runs the
+// file): the build context and
 // Dockerfile exist and build this package, every command parses with this
 // program's flags, every environment variable is one it reads, and the
 // services start in order, each after what it needs is healthy or done.
@@ -62,8 +64,8 @@ func TestComposeFile(t *testing.T) {
 	}
 
 	pg := c.Services["postgres"]
-	if pg.Image != "postgres:16-alpine" {
-		t.Errorf("postgres: image %q, want postgres:16-alpine", pg.Image)
+	if img := withDefaults(pg.Image); img != "postgres:16-alpine" {
+		t.Errorf("postgres: image %q is %q by default, want postgres:16-alpine", pg.Image, img)
 	}
 	if h := pg.Healthcheck; h == nil || !slices.Contains(h.Test, "pg_isready") || h.Interval == "" || h.Retries < 1 {
 		t.Errorf("postgres: healthcheck %+v; want pg_isready, an interval and retries", h)
@@ -140,7 +142,10 @@ func TestComposeFile(t *testing.T) {
 
 	w := c.Services["watch"]
 	dependsOn(t, "watch", w, "migrate", "service_completed_successfully")
-	if !strings.HasPrefix(w.Image, "postgres:") || !strings.Contains(strings.Join(w.Command, " "), "FROM published") {
+	if w.Image != pg.Image {
+		t.Errorf("watch: image %q, want the postgres service's %q", w.Image, pg.Image)
+	}
+	if !strings.HasPrefix(withDefaults(w.Image), "postgres:") || !strings.Contains(strings.Join(w.Command, " "), "FROM published") {
 		t.Errorf("watch: image %q, command %q; want psql reading the table published", w.Image, w.Command)
 	}
 	if e := w.Environment; e["PGHOST"] != "postgres" || e["PGUSER"] != user || e["PGPASSWORD"] != password || e["PGDATABASE"] != dbname {
@@ -170,18 +175,46 @@ func checkImage(t *testing.T, root, name string, s service) {
 		t.Fatal(err)
 	}
 	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
-	froms := regexp.MustCompile(`(?m)^FROM (\S+)`).FindAllSubmatch(dockerfile, -1)
+	// The base images are build arguments: their defaults in the Dockerfile,
+	// overridden by the compose file's args, themselves variables with
+	// defaults.
+	args := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^ARG (\w+)=(\S+)`).FindAllSubmatch(dockerfile, -1) {
+		args[string(m[1])] = string(m[2])
+	}
+	for k, v := range s.Build.Args {
+		if _, ok := args[k]; !ok {
+			t.Errorf("%s: build arg %s is not an ARG of %s", name, k, s.Build.Dockerfile)
+		}
+		if withDefaults(v) != args[k] {
+			t.Errorf("%s: build arg %s is %q by default, the Dockerfile's default is %q", name, k, withDefaults(v), args[k])
+		}
+	}
+	var froms []string
+	for _, m := range regexp.MustCompile(`(?m)^FROM (\S+)`).FindAllSubmatch(dockerfile, -1) {
+		from := string(m[1])
+		if arg := strings.TrimSuffix(strings.TrimPrefix(from, "${"), "}"); arg != from {
+			from = args[arg]
+		}
+		froms = append(froms, from)
+	}
 	switch {
 	case len(froms) < 2 || goVersion == nil:
 		t.Errorf("%s: %s is not a multi-stage build", name, s.Build.Dockerfile)
-	case !strings.HasPrefix(string(froms[0][1]), "golang:"+string(goVersion[1])):
-		t.Errorf("%s: builds with %s; go.mod asks for Go %s", name, froms[0][1], goVersion[1])
-	case strings.HasPrefix(string(froms[len(froms)-1][1]), "golang:"):
+	case !strings.HasPrefix(froms[0], "golang:"+string(goVersion[1])):
+		t.Errorf("%s: builds with %s; go.mod asks for Go %s", name, froms[0], goVersion[1])
+	case strings.HasPrefix(froms[len(froms)-1], "golang:"):
 		t.Errorf("%s: the final stage is the Go toolchain image", name)
 	}
 	if !regexp.MustCompile(`go build .*\./examples/publisher\b`).Match(dockerfile) {
 		t.Errorf("%s: %s does not build ./examples/publisher", name, s.Build.Dockerfile)
 	}
+}
+
+// withDefaults replaces each ${VAR:-default} in s with its default, as
+// compose does when VAR is unset.
+func withDefaults(s string) string {
+	return regexp.MustCompile(`\$\{\w+:-([^}]*)\}`).ReplaceAllString(s, "$1")
 }
 
 func dependsOn(t *testing.T, name string, s service, on, condition string) {

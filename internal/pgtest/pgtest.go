@@ -5,7 +5,13 @@
 //  1. PGLEADER_TEST_DATABASE_URL, if set: a URL whose role may CREATE DATABASE;
 //  2. PostgreSQL on 127.0.0.1:5432 as user postgres, if it answers;
 //  3. a throwaway testcontainers-go PostgreSQL, if a Docker engine answers;
-//  4. otherwise the test fails and says how to provide one.
+//  4. a throwaway PostgreSQL of the test process's own (package embedpg),
+//     from binaries on the machine or embedded-postgres's;
+//  5. otherwise the test fails and says how to provide one.
+//
+// PGLEADER_POSTGRES=local, docker or embedded, when PGLEADER_TEST_DATABASE_URL
+// is unset, takes step 2, 3 or 4 alone. The container's image is
+// PGLEADER_POSTGRES_IMAGE, by default postgres:16-alpine.
 //
 // Once per test process, a template database is created and migrated; each
 // test then gets CREATE DATABASE … TEMPLATE it, dropped in t.Cleanup, so tests
@@ -33,16 +39,26 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"go.uber.org/goleak"
 
+	"github.com/pgleader/pgleader/internal/embedpg"
 	"github.com/pgleader/pgleader/migrations"
 )
 
 // EnvURL names the environment variable that points the tests at a server.
 const EnvURL = "PGLEADER_TEST_DATABASE_URL"
 
+// EnvPostgres names the environment variable that, when EnvURL is unset,
+// picks where the server comes from: "local", "docker" or "embedded"; unset,
+// the first of them that works.
+const EnvPostgres = "PGLEADER_POSTGRES"
+
+// EnvImage names the environment variable that overrides the container
+// image of the docker path.
+const EnvImage = "PGLEADER_POSTGRES_IMAGE"
+
 const (
 	localURL  = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	prefix    = "pgleader_test_"
-	howToFix  = "no PostgreSQL for the tests: set " + EnvURL + " to a URL whose role may CREATE DATABASE, start PostgreSQL on 127.0.0.1:5432 with user postgres, or start a Docker engine for testcontainers"
+	howToFix  = "no PostgreSQL for the tests: set " + EnvURL + " to a URL whose role may CREATE DATABASE, start PostgreSQL on 127.0.0.1:5432 with user postgres, start a Docker engine for testcontainers, or install PostgreSQL's server binaries (initdb, pg_ctl, postgres; or set " + embedpg.EnvBin + ")"
 	container = "postgres:16-alpine"
 )
 
@@ -79,6 +95,27 @@ func NewEmpty(t testing.TB) *DB {
 	return create(t, "template0")
 }
 
+// ServerURL returns a URL of the tests' server's maintenance database,
+// finding or starting the server as New does; for code that cannot take a
+// testing.TB, such as an Example's set-up. The server is stopped by Main.
+func ServerURL() (string, error) {
+	server.once.Do(func() { server.err = connectServer() })
+	if server.err != nil {
+		return "", fmt.Errorf("pgtest: %w", server.err)
+	}
+	u := *server.baseURL
+	return u.String(), nil
+}
+
+// HostPort is the host and port of d's server, as in d.URL.
+func (d *DB) HostPort() string {
+	u, err := url.Parse(d.URL)
+	if err != nil {
+		panic("pgtest: " + err.Error())
+	}
+	return u.Host
+}
+
 // NewPool opens another pool on d (separate connections), closed when the
 // test ends.
 func (d *DB) NewPool(t testing.TB) *pgxpool.Pool {
@@ -105,7 +142,7 @@ func (d *DB) Conn(t testing.TB) *pgx.Conn {
 	return c
 }
 
-// Main runs the tests, drops the template database, stops any container,
+// Main runs the tests, drops the template database, stops any server it started,
 // fails the run if a goroutine outlives the tests, and exits.
 func Main(m *testing.M, leakOptions ...goleak.Option) {
 	code := m.Run()
@@ -173,14 +210,50 @@ func findServer(ctx context.Context) (string, error) {
 		}
 		return v, nil
 	}
+	switch mode := os.Getenv(EnvPostgres); mode {
+	case "local":
+		if err := ping(ctx, localURL); err != nil {
+			return "", fmt.Errorf("%s=local, and 127.0.0.1:5432 does not answer: %w", EnvPostgres, err)
+		}
+		return localURL, nil
+	case "docker":
+		u, err := startContainer(ctx)
+		if err != nil {
+			return "", fmt.Errorf("%s=docker: testcontainers: %w", EnvPostgres, err)
+		}
+		return u, nil
+	case "embedded":
+		u, err := startEmbedded(ctx)
+		if err != nil {
+			return "", fmt.Errorf("%s=embedded: %w", EnvPostgres, err)
+		}
+		return u, nil
+	case "":
+	default:
+		return "", fmt.Errorf("%s=%q: want local, docker, embedded or nothing", EnvPostgres, mode)
+	}
 	if err := ping(ctx, localURL); err == nil {
 		return localURL, nil
 	}
-	u, err := startContainer(ctx)
-	if err != nil {
-		return "", fmt.Errorf("%s (testcontainers: %v)", howToFix, err)
+	u, containerErr := startContainer(ctx)
+	if containerErr == nil {
+		return u, nil
 	}
-	return u, nil
+	u, embeddedErr := startEmbedded(ctx)
+	if embeddedErr == nil {
+		return u, nil
+	}
+	return "", fmt.Errorf("%s (testcontainers: %v; embedded: %v)", howToFix, containerErr, embeddedErr)
+}
+
+// startEmbedded starts a server of the test process's own.
+func startEmbedded(ctx context.Context) (string, error) {
+	srv, err := embedpg.Start(ctx, "")
+	if err != nil {
+		return "", err
+	}
+	server.stop = func() { _ = srv.Stop() }
+	return srv.URL(), nil
 }
 
 func ping(ctx context.Context, u string) error {
@@ -194,6 +267,19 @@ func ping(ctx context.Context, u string) error {
 }
 
 func startContainer(ctx context.Context) (u string, err error) {
+	// No reaper container (its image would have to be pulled; the harness
+	// terminates its container itself), and the container's ports are on
+	// this machine, not at an address testcontainers guesses.
+	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
+		os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	}
+	if h := os.Getenv("DOCKER_HOST"); os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" && (h == "" || strings.HasPrefix(h, "unix://")) {
+		os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+	}
+	image := container
+	if v := os.Getenv(EnvImage); v != "" {
+		image = v
+	}
 	defer func() {
 		// testcontainers panics when it finds no Docker configuration at all.
 		if r := recover(); r != nil {
@@ -210,7 +296,7 @@ func startContainer(ctx context.Context) (u string, err error) {
 	}
 	_ = provider.Close()
 
-	c, err := tcpostgres.Run(ctx, container,
+	c, err := tcpostgres.Run(ctx, image,
 		tcpostgres.WithDatabase("postgres"),
 		tcpostgres.WithUsername("postgres"),
 		tcpostgres.WithPassword("postgres"),
