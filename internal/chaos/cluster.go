@@ -22,7 +22,17 @@ type Cluster struct {
 	dir, bin string
 	port     int
 	asUser   string // run the server binaries as this user; "" for the current one
+	opts     ClusterOptions
 	mu       sync.Mutex
+}
+
+// ClusterOptions change how a cluster's server runs.
+type ClusterOptions struct {
+	// Settings are extra server settings, name=value, passed as -c.
+	Settings []string
+	// Env is added to the server's environment (e.g. LD_PRELOAD and
+	// FAKETIME for libfaketime).
+	Env []string
 }
 
 // FindPostgresBin returns the directory of initdb and pg_ctl: the newest
@@ -49,11 +59,34 @@ func versionOf(initdb string) int {
 // off and commit timestamps tracked. Stop it with Stop, which also deletes
 // it.
 func StartCluster(ctx context.Context, bin string) (*Cluster, error) {
+	return StartClusterWith(ctx, bin, ClusterOptions{})
+}
+
+// StartClusterWith is StartCluster with options.
+func StartClusterWith(ctx context.Context, bin string, opts ClusterOptions) (*Cluster, error) {
+	c, err := newCluster(bin, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.run(ctx, "initdb", "-D", c.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
+		os.RemoveAll(c.dir)
+		return nil, err
+	}
+	if err := c.start(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// newCluster makes the directory and picks the port of a cluster not yet
+// created.
+func newCluster(bin string, opts ClusterOptions) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "pgleader-chaos-")
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir, bin: bin}
+	c := &Cluster{dir: dir, bin: bin, opts: opts}
 	if os.Geteuid() == 0 {
 		c.asUser = "postgres"
 		u, err := user.Lookup(c.asUser)
@@ -72,15 +105,49 @@ func StartCluster(ctx context.Context, bin string) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if err := c.run(ctx, "initdb", "-D", c.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := c.start(ctx); err != nil {
-		c.Stop()
-		return nil, err
-	}
 	return c, nil
+}
+
+// StartStandby makes an asynchronous streaming standby of c with
+// pg_basebackup and starts it on a port of its own. It streams from
+// source, a host:port that reaches c (c's Addr, or a proxy in front of it,
+// so that a test can cut replication).
+func (c *Cluster) StartStandby(ctx context.Context, source string, opts ClusterOptions) (*Cluster, error) {
+	host, port, err := net.SplitHostPort(source)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newCluster(c.bin, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.run(ctx, "pg_basebackup", "-h", host, "-p", port, "-U", "postgres", "-D", s.data(),
+		"-R", "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
+		os.RemoveAll(s.dir)
+		return nil, err
+	}
+	if err := s.start(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Addr is the server's host:port.
+func (c *Cluster) Addr() string { return fmt.Sprintf("127.0.0.1:%d", c.port) }
+
+// Kill stops the server at once, as a crash, and leaves it down.
+func (c *Cluster) Kill(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.run(ctx, "pg_ctl", "-D", c.data(), "-m", "immediate", "-w", "stop")
+}
+
+// Promote ends a standby's recovery and waits until it accepts writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.run(ctx, "pg_ctl", "-D", c.data(), "-w", "-t", "60", "promote")
 }
 
 func freePort() (int, error) {
@@ -109,6 +176,9 @@ func (c *Cluster) run(ctx context.Context, tool string, args ...string) error {
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = c.dir
+	if len(c.opts.Env) > 0 {
+		cmd.Env = append(os.Environ(), c.opts.Env...)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("chaos: %s: %w\n%s", tool, err, out)
@@ -119,6 +189,9 @@ func (c *Cluster) run(ctx context.Context, tool string, args ...string) error {
 func (c *Cluster) start(ctx context.Context) error {
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off "+
 		"-c synchronous_commit=on -c track_commit_timestamp=on -c max_connections=200", c.port, c.dir)
+	for _, kv := range c.opts.Settings {
+		opts += " -c " + kv
+	}
 	return c.run(ctx, "pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "-o", opts, "start")
 }
 
