@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgleader/pgleader/internal/chaos"
 	"github.com/pgleader/pgleader/internal/scratch"
 	"github.com/pgleader/pgleader/migrations"
@@ -122,6 +124,10 @@ func run(ctx context.Context) (int, error) {
 	if err := migrations.UpURL(ctx, cfg.URL); err != nil {
 		return 2, err
 	}
+	// A crash restart's grace (docs/ha.md) lasts max_ttl: keep it to the TTL.
+	if err := setMaxTTL(ctx, cfg.URL, *ttl); err != nil {
+		return 2, err
+	}
 
 	mode := "goroutines"
 	if *processes {
@@ -150,6 +156,16 @@ func run(ctx context.Context) (int, error) {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+func setMaxTTL(ctx context.Context, url string, ttl time.Duration) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `SELECT pgleader.set_max_ttl($1::interval)`, ttl.String())
+	return err
 }
 
 func extraFlags() string {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pgleader/pgleader/pgleader"
@@ -385,12 +386,32 @@ func checkRecovery(r *Report, events []Event, units []Unit) {
 		}
 		took := units[i].LoggedAt.Sub(e.DB)
 		r.Recoveries = append(r.Recoveries, took)
-		if took > r.RecoveryBound {
+		bound := max(r.RecoveryBound, graceEnd(events, e.DB, r.RecoveryBound).Add(r.RecoveryBound).Sub(e.DB))
+		if took > bound {
 			r.violate(PropRecovery, "after the heal at %s the first unit was accepted %v later (bound %v)",
-				fmtTime(e.DB), took.Round(time.Millisecond), r.RecoveryBound)
+				fmtTime(e.DB), took.Round(time.Millisecond), bound)
 		}
 	}
 }
+
+// graceEnd returns when the server's grace (docs/ha.md) after the last
+// crash restart before heal ends at the latest, or the zero time. The run
+// sets max_ttl to the TTL; the restart itself (down for at most TTL/2, then
+// started) is allowed graceStart. A crash restart grants no new term for
+// max_ttl from the server's first lease operation after it.
+func graceEnd(events []Event, heal time.Time, ttlPlus time.Duration) time.Time {
+	var end time.Time
+	for _, f := range events {
+		if f.Kind == KindFault && f.Fault == FaultPGRestart && strings.HasPrefix(f.Detail, "immediate=true") && f.Local.Before(heal) {
+			end = f.Local.Add(graceStart + ttlPlus)
+		}
+	}
+	return end
+}
+
+// graceStart bounds how long after a crash restart's fault event the
+// server notices its grace: down time plus start-up.
+const graceStart = 10 * time.Second
 
 func fmtTime(t time.Time) string {
 	if t.IsZero() {

@@ -33,7 +33,17 @@ type Server struct {
 	asUser   string // run the server binaries as this user; "" for the current one
 	lib      *embeddedpostgres.EmbeddedPostgres
 	password string
+	opts     Options
 	mu       sync.Mutex
+}
+
+// Options change how a server runs.
+type Options struct {
+	// Settings are extra server settings, name=value, passed as -c.
+	Settings []string
+	// Env is added to the server's environment (e.g. LD_PRELOAD and
+	// FAKETIME for libfaketime).
+	Env []string
 }
 
 // Start starts a server with the binaries in bin (the directory holding
@@ -44,6 +54,12 @@ type Server struct {
 // tracked, accepts up to 200 connections, and trusts local connections
 // from its user postgres. Stop it with [Server.Stop].
 func Start(ctx context.Context, bin string) (*Server, error) {
+	return StartWith(ctx, bin, Options{})
+}
+
+// StartWith is Start with options. A server of embedded-postgres's own
+// (bin "" on a machine without binaries) takes none.
+func StartWith(ctx context.Context, bin string, opts Options) (*Server, error) {
 	if bin == "" {
 		found, err := FindBin()
 		switch {
@@ -55,11 +71,29 @@ func Start(ctx context.Context, bin string) (*Server, error) {
 			return nil, fmt.Errorf("%w; as root, embedded-postgres cannot run its own, so install PostgreSQL or set %s", err, EnvBin)
 		}
 	}
+	s, err := newServer(bin, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.run(ctx, "initdb", "-D", s.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
+		os.RemoveAll(s.dir)
+		return nil, err
+	}
+	if err := s.start(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newServer makes the directory and picks the port of a server not yet
+// created.
+func newServer(bin string, opts Options) (*Server, error) {
 	dir, err := os.MkdirTemp("", "pgleader-pg-")
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, bin: bin}
+	s := &Server{dir: dir, bin: bin, opts: opts}
 	if os.Geteuid() == 0 {
 		s.asUser = "postgres"
 		u, err := user.Lookup(s.asUser)
@@ -78,15 +112,49 @@ func Start(ctx context.Context, bin string) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if err := s.run(ctx, "initdb", "-D", s.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := s.start(ctx); err != nil {
-		s.Stop()
-		return nil, err
-	}
 	return s, nil
+}
+
+// StartStandby makes an asynchronous streaming standby of s with
+// pg_basebackup and starts it on a port of its own. It streams from source,
+// a host:port that reaches s (s's Addr, or a proxy in front of it, so that
+// a test can cut replication).
+func (s *Server) StartStandby(ctx context.Context, source string, opts Options) (*Server, error) {
+	host, port, err := net.SplitHostPort(source)
+	if err != nil {
+		return nil, err
+	}
+	st, err := newServer(s.bin, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.run(ctx, "pg_basebackup", "-h", host, "-p", port, "-U", "postgres", "-D", st.data(),
+		"-R", "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
+		os.RemoveAll(st.dir)
+		return nil, err
+	}
+	if err := st.start(ctx); err != nil {
+		st.Stop()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+// Kill stops the server at once, as a crash, and leaves it down.
+func (s *Server) Kill(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.run(ctx, "pg_ctl", "-D", s.data(), "-m", "immediate", "-w", "stop")
+}
+
+// Promote ends a standby's recovery and waits until it accepts writes.
+func (s *Server) Promote(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.run(ctx, "pg_ctl", "-D", s.data(), "-w", "-t", "60", "promote")
 }
 
 // startLib runs embedded-postgres's own PostgreSQL, which it fetches into
@@ -158,6 +226,9 @@ func (s *Server) run(ctx context.Context, tool string, args ...string) error {
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = s.dir
+	if len(s.opts.Env) > 0 {
+		cmd.Env = append(os.Environ(), s.opts.Env...)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("embedpg: %s: %w\n%s", tool, err, out)
@@ -168,6 +239,9 @@ func (s *Server) run(ctx context.Context, tool string, args ...string) error {
 func (s *Server) start(ctx context.Context) error {
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off "+
 		"-c synchronous_commit=on -c track_commit_timestamp=on -c max_connections=200", s.port, s.dir)
+	for _, kv := range s.opts.Settings {
+		opts += " -c " + kv
+	}
 	return s.run(ctx, "pg_ctl", "-D", s.data(), "-l", filepath.Join(s.dir, "server.log"), "-w", "-t", "60", "-o", opts, "start")
 }
 

@@ -163,6 +163,17 @@ func (p *Proxy) Restore() {
 	}
 }
 
+// Retarget closes every open connection and forwards new ones to target:
+// the address clients know moves to another server, as after a failover.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	for l := range p.links {
+		l.close()
+	}
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -201,13 +212,16 @@ func (p *Proxy) serve() {
 
 func (p *Proxy) forward(client net.Conn) {
 	defer p.wg.Done()
-	server, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.Dial("tcp", target)
 	if err != nil {
 		client.Close()
 		return
 	}
 	l := &link{client: client, server: server, done: make(chan struct{})}
-	if !p.track(l) {
+	if !p.track(l, target) {
 		l.close()
 		return
 	}
@@ -316,10 +330,12 @@ func wait(l *link, d time.Duration) bool {
 	}
 }
 
-func (p *Proxy) track(l *link) bool {
+// track registers l, dialled to target, unless the proxy no longer lets it
+// through (cut, closed, or retargeted while it dialled).
+func (p *Proxy) track(l *link, target string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.mode == Drop || p.closed {
+	if p.mode == Drop || p.closed || target != p.target {
 		return false
 	}
 	p.links[l] = struct{}{}

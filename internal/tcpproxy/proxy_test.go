@@ -167,3 +167,40 @@ func TestDrip(t *testing.T) {
 		t.Fatalf("17 bytes at 4 bytes per 20ms took %v", took)
 	}
 }
+
+func TestRetarget(t *testing.T) {
+	t.Parallel()
+	p := start(t)
+	old := dial(t, p)
+	if _, err := old.roundTrip("hello", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The new target greets every connection with "B".
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("B\n"))
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+
+	p.Retarget(ln.Addr().String())
+	if _, err := old.roundTrip("again", time.Second); err == nil {
+		t.Fatal("a connection to the old target still echoes after Retarget")
+	}
+	c := dial(t, p)
+	_ = c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := c.r.ReadString('\n'); err != nil || got != "B\n" {
+		t.Fatalf("a new connection read %q, %v; want the new target's greeting", got, err)
+	}
+}
