@@ -161,7 +161,7 @@ func TestStaleRenewAndReleaseChangeNothing(t *testing.T) {
 		{"future token", "b", cur.Token + 1},
 	}
 	for _, s := range stale {
-		if _, err := b.Renew(ctx, "k", s.owner, s.token, time.Hour); !errors.Is(err, pgleader.ErrLost) {
+		if _, err := b.Renew(ctx, "k", s.owner, s.token, 5*time.Minute); !errors.Is(err, pgleader.ErrLost) {
 			t.Errorf("%s: renew err = %v, want ErrLost", s.name, err)
 		}
 		if ok, err := b.Release(ctx, "k", s.owner, s.token); err != nil || ok {
