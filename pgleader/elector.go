@@ -34,16 +34,62 @@ type Options struct {
 	// free, so after the lease data was lost the first term draws floor+1.
 	FenceFloor func(ctx context.Context) (int64, error)
 	// Logger receives the elector's logs, each with key and owner, and
-	// token where a term is concerned. Default slog.Default().
+	// token where a term is concerned. Default: the backend's logger if it
+	// has one (NewPostgres's WithLogger), else slog.Default().
 	Logger *slog.Logger
 	// Observer, if set, receives the elector's observations for metrics:
 	// terms started and ended, renewals and their latency, refused claims.
 	Observer Observer
 }
 
+// State is what an Elector is doing.
+type State int
+
+// The states of an Elector.
+const (
+	// StateStopped: Run is not running.
+	StateStopped State = iota
+	// StateCampaigning: an acquire is being sent or awaited.
+	StateCampaigning
+	// StateWaiting: another term holds the lease; the elector looks again
+	// at Status.WaitUntil, or sooner when it hears of a release.
+	StateWaiting
+	// StateBackingOff: the last campaign failed (see Status.LastError); the
+	// next is at Status.WaitUntil.
+	StateBackingOff
+	// StateLeading: a term was won; Status.Leading says whether it is
+	// still live or already ending.
+	StateLeading
+)
+
+// String returns the state's lower-case name.
+func (s State) String() string {
+	switch s {
+	case StateStopped:
+		return "stopped"
+	case StateCampaigning:
+		return "campaigning"
+	case StateWaiting:
+		return "waiting"
+	case StateBackingOff:
+		return "backing-off"
+	case StateLeading:
+		return "leading"
+	}
+	return "unknown"
+}
+
 // Status is a snapshot of an Elector for health endpoints and logs.
 type Status struct {
 	Key, Owner string
+	// State is what the elector is doing; WaitUntil is when it next
+	// campaigns while StateWaiting or StateBackingOff (zero otherwise).
+	State     State
+	WaitUntil time.Time
+	// Listening reports whether the backend is delivering lease events now
+	// (false for a backend that is not a Watcher): a replica that waits and
+	// listens takes over within milliseconds of a release.
+	Listening bool
 	// Leading is true while a term is live (won and not yet ending).
 	Leading bool
 	// Token is the current term's token, or the last term's.
@@ -114,6 +160,9 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 		return nil, fmt.Errorf("%w: Spec.RequireFenceAdvance is set and %T does not implement Advancer", ErrAdvanceUnsupported, backend)
 	}
 	log := opts.Logger
+	if lb, ok := backend.(interface{ logger() *slog.Logger }); ok && log == nil {
+		log = lb.logger()
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -145,6 +194,9 @@ func (e *Elector) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.status
+	if e.watcher != nil {
+		s.Listening = e.watcher.Listening()
+	}
 	if e.term != nil {
 		s.Leading = e.term.Live()
 		if s.Leading {
@@ -197,12 +249,14 @@ func (e *Elector) Run(ctx context.Context) error {
 	watch()
 	defer func() { unwatch() }()
 
+	defer e.setState(StateStopped, time.Time{})
 	failures := 0
 	hinted := false         // the last wait ended on a release event
 	var waited Lease        // the lease the last wait was for
 	var heedAfter time.Time // release events before this are not heeded at once
 	for ctx.Err() == nil {
 		drain(events) // what happened before this campaign, it will see
+		e.setState(StateCampaigning, time.Time{})
 		lease, sent, won, err := e.campaign(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -210,6 +264,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		case err != nil:
 			failures++
 			retry := e.backoff(failures)
+			e.setState(StateBackingOff, time.Now().Add(retry))
 			e.log.Warn("campaign failed", "err", err, "retry_in", retry)
 			if !wait.Sleep(ctx, retry) {
 				return nil
@@ -282,6 +337,7 @@ func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time
 // still live.
 func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time) (hinted, live bool) {
 	expiry := time.Now().Add(min(lease.Remaining(), e.spec.TTL))
+	e.setState(StateWaiting, expiry)
 	var heard bool // a release event is waiting for heedAfter
 	next := func() time.Duration {
 		d := time.Until(expiry)
@@ -392,6 +448,12 @@ func (e *Elector) acquire(ctx context.Context, floor int64) (Lease, bool, error)
 	return e.backend.Acquire(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL)
 }
 
+func (e *Elector) setState(st State, until time.Time) {
+	e.mu.Lock()
+	e.status.State, e.status.WaitUntil = st, until
+	e.mu.Unlock()
+}
+
 func (e *Elector) fail(err error) error {
 	e.mu.Lock()
 	e.status.LastError, e.status.LastErrorAt = err, time.Now()
@@ -415,9 +477,11 @@ type renewResult struct {
 	unsent bool // the safe end had passed before it could be sent
 }
 
-// lead runs one term from acquisition to release.
-func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
+// lead runs one term from acquisition to release, and returns why it
+// ended and what the body returned.
+func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) (EndReason, error) {
 	t := newTerm(e.spec.Key, e.opts.Owner, token, sent)
+	defer close(t.over)
 	log := e.log.With("token", token)
 	safeEnd, cancelAt, yieldAt := e.timeline(sent)
 	t.setTimeline(safeEnd, yieldAt)
@@ -425,6 +489,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 	e.mu.Lock()
 	e.term = t
 	e.status.Token = token
+	e.status.State, e.status.WaitUntil = StateLeading, time.Time{}
 	e.mu.Unlock()
 
 	if !time.Now().Before(yieldAt) {
@@ -436,7 +501,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 			"sent_ago", time.Since(sent))
 		e.release(ctx, log, token)
 		e.ended(t, nil)
-		return
+		return t.Reason(), nil
 	}
 
 	bodyCtx, cancelBody := context.WithCancel(context.WithoutCancel(ctx))
@@ -463,6 +528,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 	renewCtx, cancelRenew := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRenew()
 	stop := ctx.Done()
+	resign := t.resign
 	var bodyErr error
 	release := false
 	renewFailed := false // since the last successful renewal
@@ -471,9 +537,17 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 		select {
 		case <-stop:
 			stop = nil
-			if t.Reason() == ReasonNone {
-				e.endTerm(t, ReasonStopped)
+			if e.endTerm(t, ReasonStopped) {
 				log.Info("stopping; the body has YieldGrace to return", "yield_grace", e.spec.YieldGrace)
+				if grace := time.Until(cancelAt); grace > e.spec.YieldGrace {
+					cancelTimer.Reset(e.spec.YieldGrace)
+				}
+			}
+
+		case <-resign:
+			resign = nil
+			if e.endTerm(t, ReasonResigned) {
+				log.Info("resigning; the body has YieldGrace to return", "yield_grace", e.spec.YieldGrace)
 				if grace := time.Until(cancelAt); grace > e.spec.YieldGrace {
 					cancelTimer.Reset(e.spec.YieldGrace)
 				}
@@ -565,6 +639,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) {
 		e.release(ctx, log, token)
 	}
 	e.ended(t, bodyErr)
+	return t.Reason(), bodyErr
 }
 
 // ended records that t is over.

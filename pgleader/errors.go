@@ -23,6 +23,20 @@ var (
 	// ErrAdvanceUnsupported is returned when a Spec requires fence advance
 	// and the backend cannot move its token counter.
 	ErrAdvanceUnsupported = errors.New("pgleader: backend cannot advance its token counter")
+
+	// ErrNotLeader is returned by [Elector.StepDown] when the elector holds
+	// no live term.
+	ErrNotLeader = errors.New("pgleader: not leading")
+
+	// ErrHeld is matched by the error of [Elector.RunOnce] and [Do] when
+	// another term holds the lease; the error names the holder.
+	ErrHeld = errors.New("pgleader: the lease is held by another term")
+
+	// ErrTermEnded is matched by the error of [Elector.RunOnce] and [Do]
+	// when the term ended before the body returned (lost, expiring,
+	// stopped, resigned) or never ran it (refused); the error names the
+	// reason, and wraps the body's own error if it returned one.
+	ErrTermEnded = errors.New("pgleader: the term ended before the body finished")
 )
 
 func invalidf(format string, args ...any) error {

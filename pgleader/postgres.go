@@ -35,6 +35,7 @@ type DB interface {
 // the pool cannot starve its own renewals, and no pool health check sits on
 // a renewal's or a handover's path. Calls made outside a Run use the pool.
 type Postgres struct {
+	log    *slog.Logger // nil unless WithLogger was given
 	db     DB
 	listen *listener  // nil when poll-only
 	lease  *leaseConn // nil unless db is a pool
@@ -61,7 +62,8 @@ func ListenWith(cfg *pgx.ConnConfig) PostgresOption {
 	return func(c *postgresConfig) { c.connect = cfg }
 }
 
-// WithLogger sets where the LISTEN connection logs. Default slog.Default().
+// WithLogger sets where the backend logs, and the default logger of the
+// Electors over it (Options.Logger overrides it). Default slog.Default().
 func WithLogger(l *slog.Logger) PostgresOption { return func(c *postgresConfig) { c.logger = l } }
 
 // NewPostgres returns the PostgreSQL backend over db, normally a
@@ -78,7 +80,7 @@ func NewPostgres(db DB, opts ...PostgresOption) *Postgres {
 	if pool, ok := db.(*pgxpool.Pool); ok && cfg.connect == nil {
 		cfg.connect = pool.Config().ConnConfig
 	}
-	p := &Postgres{db: db}
+	p := &Postgres{db: db, log: cfg.logger}
 	if pool, ok := db.(*pgxpool.Pool); ok {
 		p.lease = &leaseConn{cfg: pool.Config().ConnConfig}
 	}
@@ -90,6 +92,9 @@ func NewPostgres(db DB, opts ...PostgresOption) *Postgres {
 	}
 	return p
 }
+
+// logger is the Electors' default logger; nil means slog.Default().
+func (p *Postgres) logger() *slog.Logger { return p.log }
 
 var (
 	_ Backend       = (*Postgres)(nil)

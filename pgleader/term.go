@@ -30,6 +30,12 @@ const (
 	// ReasonRefused: the Claim hook refused the token (or failed). The body
 	// never runs; the lease is released at once.
 	ReasonRefused
+	// ReasonResigned: the term was asked to end, by [Elector.StepDown] or
+	// from outside (pgleader.resign in SQL, [Postgres.Resign], the CLI's
+	// resign). It ends as on stop: Ending at once, the body cancelled
+	// YieldGrace later, the lease released when it returns; then the
+	// replica campaigns again.
+	ReasonResigned
 )
 
 // String returns the reason's lower-case name, as used in logs.
@@ -47,6 +53,8 @@ func (r EndReason) String() string {
 		return "finished"
 	case ReasonRefused:
 		return "refused"
+	case ReasonResigned:
+		return "resigned"
 	}
 	return "unknown"
 }
@@ -58,6 +66,8 @@ type Term struct {
 	token      int64
 	started    time.Time
 	ending     chan struct{}
+	resign     chan struct{} // closed by StepDown; see Elector.lead
+	over       chan struct{} // closed when the term is over and released
 
 	mu       sync.Mutex
 	reason   EndReason
@@ -67,11 +77,23 @@ type Term struct {
 }
 
 func newTerm(key, owner string, token int64, started time.Time) *Term {
-	return &Term{key: key, owner: owner, token: token, started: started, renewed: started, ending: make(chan struct{})}
+	return &Term{key: key, owner: owner, token: token, started: started, renewed: started,
+		ending: make(chan struct{}), resign: make(chan struct{}), over: make(chan struct{})}
 }
 
 // Key returns the term's key.
 func (t *Term) Key() string { return t.key }
+
+// requestResign asks the term's elector to end it as resigned.
+func (t *Term) requestResign() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.resign:
+	default:
+		close(t.resign)
+	}
+}
 
 // Owner returns the replica that holds the term.
 func (t *Term) Owner() string { return t.owner }
