@@ -5,7 +5,7 @@
  * abstracted away. model/check.sh runs the checks and the mutants.
  *
  * Time is discrete. `now` is the database clock, in ticks; each replica has
- * its own local clock lc[i], which may lose up to DRIFT ticks over the
+ * its own local clock r[i].lc, which may lose up to DRIFT ticks over the
  * run (TMAX < 2 TTL, so one tick is a rate bound of 1/TTL). Every action is atomic (d_step). What a Go timer or a sequential
  * step of the Go loop does next is urgent: time does not pass while it is
  * enabled, unless the replica is paused. A statement normally runs, and is
@@ -74,7 +74,7 @@
 
 /* ---- replica states (Run in pgleader/elector.go) ---- */
 #define IDLE    0   /* waiting to campaign at lc >= wake */
-#define ACQ     1   /* campaign: acquire sent at sent[i] */
+#define ACQ     1   /* campaign: acquire sent at r[i].sent */
 #define BACKOFF 2   /* the campaign failed: retry by lc >= wake */
 #define LEAD    3   /* lead: a term */
 
@@ -102,82 +102,89 @@
 #define W_CLAIM 1   /* claim: SET fence = $t WHERE fence < $t */
 #define W_WRITE 2   /* write: SET fence = $t WHERE fence <= $t */
 
-/* ---- the database ---- */
-byte now;            /* clock_timestamp() */
-byte holder;         /* lease.holder: 0 = NULL, else replica + 1 */
-byte ltoken;         /* lease.token: the key's counter */
-byte expires;        /* lease.expires_at */
-byte fence = FENCE0; /* the store's fence */
+/* ---- state, packed: times, tokens and sequence numbers fit in 5 bits ---- */
+#define W5 5
+#if TMAX + TTL > 31
+#error "TMAX + TTL must fit in 5 bits"
+#endif
 
-/* ---- the replicas ---- */
-byte lc[NR];         /* local monotonic clock */
-byte drift[NR];      /* ticks the clock has lost */
-bool slow[NR];       /* the clock loses the next tick */
-bool paused[NR];
-byte st[NR];
-byte wake[NR];
-byte sent[NR];       /* when the acquire or renew in flight was sent */
-byte tb[NR];         /* s: the base of the term's timeline */
-byte tok[NR];
-byte tseq[NR];       /* ghost: the term's place in acquisition order */
-byte phase[NR];
-bool ending[NR];     /* Reason() != none */
-bool lost[NR];       /* Reason() == lost */
-bool bodyOn[NR];     /* Claim or Lead may still act */
-bool renewing[NR];
-byte rnext[NR];      /* the renew timer */
+/* the database */
+unsigned now : W5;        /* clock_timestamp() */
+unsigned holder : 2;      /* lease.holder: 0 = NULL, else replica + 1 */
+unsigned ltoken : W5;     /* lease.token: the key's counter */
+unsigned expires : W5;    /* lease.expires_at */
+unsigned fence : W5 = FENCE0; /* the store's fence */
 
-/* ---- statements and answers in flight (after a delay fault) ---- */
-byte req[NR];
-byte reqArg[NR];     /* acquire: floor; renew, release: token */
-byte rep[NR];
-bool repDel[NR];     /* the answer is delayed */
-byte repTok[NR];
-byte repSeq[NR];
-byte wr[NR];
-byte wrTok[NR];
-byte wrSeq[NR];
+/* one replica: the Go loop's state, and its statements in flight */
+typedef Replica_t {
+	unsigned lc : W5;       /* local monotonic clock */
+	unsigned drift : 2;     /* ticks the clock has lost */
+	bit slow;               /* the clock loses the next tick */
+	bit paused;
+	unsigned st : 2;
+	unsigned wake : W5;
+	unsigned sent : W5;     /* when the acquire or renew in flight was sent */
+	unsigned tb : W5;       /* s: the base of the term's timeline */
+	unsigned tok : W5;
+	unsigned tseq : W5;     /* ghost: the term's place in acquisition order */
+	unsigned phase : 2;
+	bit ending;             /* Reason() != none */
+	bit lost;               /* Reason() == lost */
+	bit bodyOn;             /* Claim or Lead may still act */
+	bit renewing;
+	unsigned rnext : W5;    /* the renew timer */
+	unsigned req : 2;       /* a statement delayed on its way */
+	unsigned reqArg : W5;   /* acquire: floor; renew, release: token */
+	unsigned rep : 3;       /* an answer not yet taken in */
+	bit repDel;             /* the answer is delayed */
+	unsigned repTok : W5;
+	unsigned repSeq : W5;
+	unsigned wr : 2;        /* a store statement delayed on its way */
+	unsigned wrTok : W5;
+	unsigned wrSeq : W5
+}
+Replica_t r[NR];
 
-/* ---- faults and ghosts ---- */
-byte faults;         /* faults so far */
-byte returns;        /* bodies that returned on their own so far */
-byte seqN;           /* acquisitions so far */
-byte maxIssued;      /* P3: highest token acquire issued */
-byte maxClaimed;     /* P3: highest token a claim settled */
-byte maxSeqW;        /* P2: latest term, by acquisition, with an accepted write */
-byte fenceSeq;       /* P2: the term whose write set the fence */
-bool wiped;          /* the lease row was lost during the run */
-bool led;            /* P4: a claim was accepted since the last tick */
-byte p4;             /* P4: ticks free with a candidate and no leader */
+/* faults and ghosts */
+unsigned faults : 3;      /* faults so far */
+unsigned returns : 2;     /* bodies that returned on their own so far */
+unsigned seqN : W5;       /* acquisitions so far */
+unsigned maxIssued : W5;  /* P3: highest token acquire issued */
+unsigned maxClaimed : W5; /* P3: highest token a claim settled */
+unsigned maxSeqW : W5;    /* P2: latest term, by acquisition, with an accepted write */
+unsigned fenceSeq : W5;   /* P2: the term whose write set the fence */
+bit wiped;                /* the lease row was lost during the run */
+bit led;                  /* P4: a claim was accepted since the last tick */
+unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 
-#define YAT(i)  (tb[i] + YIELD_AT)
-#define CAT(i)  (tb[i] + CANCEL_AT)
-#define SAT(i)  (tb[i] + SAFE_END)
+#define YAT(i)  (r[i].tb + YIELD_AT)
+#define CAT(i)  (r[i].tb + CANCEL_AT)
+#define SAT(i)  (r[i].tb + SAFE_END)
 #define FAULTS  (now < FAULT_END)
 #define BUDGET  (FAULTS && faults < FAULT_BUDGET)
 #define FREE    (holder == 0 || expires <= now)
 
 /* Term.Live: the term has not begun to end and the clock is before Y. */
-#define LIVE(i) (st[i] == LEAD && !ending[i] && (!TIMELINE || lc[i] < YAT(i)))
+#define LIVE(i) (r[i].st == LEAD && !r[i].ending && (!TIMELINE || r[i].lc < YAT(i)))
 
 /* The body's window: from the win until the safe end S. */
-#define INWIN(i) (st[i] == LEAD && bodyOn[i] && (!TIMELINE || lc[i] < SAT(i)))
+#define INWIN(i) (r[i].st == LEAD && r[i].bodyOn && (!TIMELINE || r[i].lc < SAT(i)))
 
 /* What the Go loop does next without waiting for anything but its clock. */
-#define DUE(i) (!paused[i] && ( \
-	(rep[i] != P_NONE && !repDel[i]) || \
-	(st[i] == IDLE && lc[i] >= wake[i]) || \
-	(st[i] == ACQ && (rep[i] == P_NONE || repDel[i]) && lc[i] >= sent[i] + TTL) || \
-	(st[i] == BACKOFF && lc[i] >= wake[i]) || \
-	(st[i] == LEAD && ( \
-		!bodyOn[i] || \
-		(phase[i] == CLAIMING && wr[i] == W_NONE) || \
-		(TIMELINE && !ending[i] && lc[i] >= YAT(i)) || \
-		(!ending[i] && !renewing[i] && lc[i] >= rnext[i]) || \
-		(renewing[i] && (rep[i] == P_NONE || repDel[i]) && lc[i] >= SAT(i))))))
+#define DUE(i) (!r[i].paused && ( \
+	(r[i].rep != P_NONE && !r[i].repDel) || \
+	(r[i].st == IDLE && r[i].lc >= r[i].wake) || \
+	(r[i].st == ACQ && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= r[i].sent + TTL) || \
+	(r[i].st == BACKOFF && r[i].lc >= r[i].wake) || \
+	(r[i].st == LEAD && ( \
+		!r[i].bodyOn || \
+		(r[i].phase == CLAIMING && r[i].wr == W_NONE) || \
+		(TIMELINE && !r[i].ending && r[i].lc >= YAT(i)) || \
+		(!r[i].ending && !r[i].renewing && r[i].lc >= r[i].rnext) || \
+		(r[i].renewing && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= SAT(i))))))
 
 /* In the fault-free suffix nothing stays delayed or paused. */
-#define SETTLED(i) (!paused[i] && req[i] == R_NONE && rep[i] == P_NONE && wr[i] == W_NONE)
+#define SETTLED(i) (!r[i].paused && r[i].req == R_NONE && r[i].rep == P_NONE && r[i].wr == W_NONE)
 
 #if NR == 2
 #define ALL(P)   (P(0) && P(1))
@@ -189,9 +196,9 @@ byte p4;             /* P4: ticks free with a candidate and no leader */
 #define COUNT(P) (P(0) + P(1) + P(2))
 #endif
 #define NOTDUE(i)       (!DUE(i))
-#define LEADING(i)      (st[i] == LEAD && phase[i] == BODY && bodyOn[i])
-#define CANDIDATE(i)    (!paused[i] && (st[i] == IDLE || (st[i] == ACQ && (req[i] != R_NONE || rep[i] != P_NONE))))
-#define RUNS_OUTSIDE(i) (bodyOn[i] && !paused[i] && !INWIN(i))
+#define LEADING(i)      (r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn)
+#define CANDIDATE(i)    (!r[i].paused && (r[i].st == IDLE || (r[i].st == ACQ && (r[i].req != R_NONE || r[i].rep != P_NONE))))
+#define RUNS_OUTSIDE(i) (r[i].bodyOn && !r[i].paused && !INWIN(i))
 
 /* An assertion that names its property in a replayed trail. */
 #define PROP(name, cond) \
@@ -210,46 +217,48 @@ byte p4;             /* P4: ticks free with a candidate and no leader */
 /* ---- the database runs replica i's statement (migrations/0001_lease.up.sql) ---- */
 inline dbExec(i) {
 	if
-	:: req[i] == R_ACQ ->
+	:: r[i].req == R_ACQ ->
 		if
 		:: FREE ->
-			ltoken = (ltoken > reqArg[i] -> ltoken : reqArg[i]) + 1;
+			/* P0: the model's own bounds (5-bit tokens and counters) */
+			PROP(0, ltoken < 31 && r[i].reqArg < 31 && seqN < 31);
+			ltoken = (ltoken > r[i].reqArg -> ltoken : r[i].reqArg) + 1;
 			holder = i + 1; expires = now + TTL; seqN++;
 			/* P3: issued tokens strictly increase (lease row intact). */
 			PROP(3, wiped || ltoken > maxIssued);
 			maxIssued = (ltoken > maxIssued -> ltoken : maxIssued);
-			rep[i] = P_WON; repTok[i] = ltoken; repSeq[i] = seqN;
-			printf("t%d db: acquire r%d floor=%d -> token %d, expires %d\n", now, i, reqArg[i], ltoken, expires)
+			r[i].rep = P_WON; r[i].repTok = ltoken; r[i].repSeq = seqN;
+			printf("t%d db: acquire r%d floor=%d -> token %d, expires %d\n", now, i, r[i].reqArg, ltoken, expires)
 		:: else ->
-			rep[i] = P_BUSY;
+			r[i].rep = P_BUSY;
 			printf("t%d db: acquire r%d -> held\n", now, i)
 		fi
-	:: req[i] == R_RENEW ->
+	:: r[i].req == R_RENEW ->
 		if
-		:: holder == i + 1 && ltoken == reqArg[i] && expires > now ->
-			expires = now + TTL; rep[i] = P_OK;
-			printf("t%d db: renew r%d token %d -> expires %d\n", now, i, reqArg[i], expires)
+		:: holder == i + 1 && ltoken == r[i].reqArg && expires > now ->
+			expires = now + TTL; r[i].rep = P_OK;
+			printf("t%d db: renew r%d token %d -> expires %d\n", now, i, r[i].reqArg, expires)
 		:: else ->
-			rep[i] = P_LOST;
-			printf("t%d db: renew r%d token %d -> not held\n", now, i, reqArg[i])
+			r[i].rep = P_LOST;
+			printf("t%d db: renew r%d token %d -> not held\n", now, i, r[i].reqArg)
 		fi
-	:: req[i] == R_REL ->
+	:: r[i].req == R_REL ->
 		if
-		:: holder == i + 1 && ltoken == reqArg[i] ->
+		:: holder == i + 1 && ltoken == r[i].reqArg ->
 			holder = 0; expires = 0;
-			printf("t%d db: release r%d token %d\n", now, i, reqArg[i])
+			printf("t%d db: release r%d token %d\n", now, i, r[i].reqArg)
 		:: else
 		fi
 	fi;
-	req[i] = R_NONE; reqArg[i] = 0
+	r[i].req = R_NONE; r[i].reqArg = 0
 }
 
 /* ---- the store runs replica i's claim or write (sqlfence, the recipe's table) ---- */
 inline storeExec(i) {
-	live = (tseq[i] == wrSeq[i] && LIVE(i));
+	live = (r[i].tseq == r[i].wrSeq && LIVE(i));
 	if
-	:: wr[i] == W_CLAIM -> ok = CLAIM_OK(fence, wrTok[i])
-	:: else -> ok = WRITE_OK(fence, wrTok[i])
+	:: r[i].wr == W_CLAIM -> ok = CLAIM_OK(fence, r[i].wrTok)
+	:: else -> ok = WRITE_OK(fence, r[i].wrTok)
 	fi;
 	if
 	:: ok ->
@@ -257,84 +266,84 @@ inline storeExec(i) {
 		 * While the lease row is intact, later means acquired later;
 		 * after it was lost, only a higher token can mean later, and
 		 * one token must not write for two terms. */
-		PROP(2, wiped || wrSeq[i] >= maxSeqW);
-		PROP(2, wrTok[i] > fence || (wrTok[i] == fence && wrSeq[i] == fenceSeq));
-		maxSeqW = (wrSeq[i] > maxSeqW -> wrSeq[i] : maxSeqW);
-		fenceSeq = wrSeq[i];
-		fence = wrTok[i];
+		PROP(2, wiped || r[i].wrSeq >= maxSeqW);
+		PROP(2, r[i].wrTok > fence || (r[i].wrTok == fence && r[i].wrSeq == fenceSeq));
+		maxSeqW = (r[i].wrSeq > maxSeqW -> r[i].wrSeq : maxSeqW);
+		fenceSeq = r[i].wrSeq;
+		fence = r[i].wrTok;
 		if
-		:: wr[i] == W_CLAIM ->
+		:: r[i].wr == W_CLAIM ->
 			/* P3: the tokens claims settle strictly increase. */
-			PROP(3, wrTok[i] > maxClaimed);
-			maxClaimed = wrTok[i];
-			printf("t%d store: claim r%d token %d accepted\n", now, i, wrTok[i])
+			PROP(3, r[i].wrTok > maxClaimed);
+			maxClaimed = r[i].wrTok;
+			printf("t%d store: claim r%d token %d accepted\n", now, i, r[i].wrTok)
 		:: else ->
-			printf("t%d store: write r%d token %d accepted\n", now, i, wrTok[i])
+			printf("t%d store: write r%d token %d accepted\n", now, i, r[i].wrTok)
 		fi
 	:: else ->
 		if
-		:: wr[i] == W_CLAIM -> printf("t%d store: claim r%d token %d refused, fence %d\n", now, i, wrTok[i], fence)
-		:: else -> printf("t%d store: write r%d token %d refused, fence %d\n", now, i, wrTok[i], fence)
+		:: r[i].wr == W_CLAIM -> printf("t%d store: claim r%d token %d refused, fence %d\n", now, i, r[i].wrTok, fence)
+		:: else -> printf("t%d store: write r%d token %d refused, fence %d\n", now, i, r[i].wrTok, fence)
 		fi;
 		/* P5: the fence never refuses a live term (lease row intact). */
 		PROP(5, wiped || !live)
 	fi;
 	if
-	:: st[i] == LEAD && tseq[i] == wrSeq[i] ->
+	:: r[i].st == LEAD && r[i].tseq == r[i].wrSeq ->
 		if
-		:: ok && wr[i] == W_CLAIM -> phase[i] = BODY; led = true
+		:: ok && r[i].wr == W_CLAIM -> r[i].phase = BODY; led = true
 		:: ok
-		:: else -> bodyOn[i] = false   /* refused: the body returns */
+		:: else -> r[i].bodyOn = false   /* refused: the body returns */
 		fi
 	:: else
 	fi;
-	wr[i] = W_NONE; wrTok[i] = 0; wrSeq[i] = 0;
+	r[i].wr = W_NONE; r[i].wrTok = 0; r[i].wrSeq = 0;
 	ok = false; live = false
 }
 
 /* ---- replica i takes in the answer to its statement (pgleader/elector.go) ---- */
 inline consume(i) {
 	if
-	:: st[i] == ACQ && rep[i] == P_WON && lc[i] < sent[i] + TTL ->
+	:: r[i].st == ACQ && r[i].rep == P_WON && r[i].lc < r[i].sent + TTL ->
 		/* campaign returns won; lead(token, sent) */
-		st[i] = LEAD; tok[i] = repTok[i]; tseq[i] = repSeq[i];
-		tb[i] = (TIMELINE_FROM_SEND -> sent[i] : lc[i]);
-		phase[i] = CLAIMING; ending[i] = false; lost[i] = false;
-		renewing[i] = false; rnext[i] = tb[i] + RENEW_EVERY;
+		r[i].st = LEAD; r[i].tok = r[i].repTok; r[i].tseq = r[i].repSeq;
+		r[i].tb = (TIMELINE_FROM_SEND -> r[i].sent : r[i].lc);
+		r[i].phase = CLAIMING; r[i].ending = false; r[i].lost = false;
+		r[i].renewing = false; r[i].rnext = r[i].tb + RENEW_EVERY;
 		/* runBody starts; Claim fails at once if its context is cancelled */
-		bodyOn[i] = (!TIMELINE || lc[i] < CAT(i));
-		printf("t%d r%d: leads with token %d (lc %d, s %d)\n", now, i, tok[i], lc[i], tb[i])
-	:: st[i] == ACQ && rep[i] == P_BUSY ->
+		r[i].bodyOn = (!TIMELINE || r[i].lc < CAT(i));
+		printf("t%d r%d: leads with token %d (lc %d, s %d)\n", now, i, r[i].tok, r[i].lc, r[i].tb)
+	:: r[i].st == ACQ && r[i].rep == P_BUSY ->
 		/* waitForExpiry: poll again after CampaignEvery */
-		st[i] = IDLE; wake[i] = lc[i] + CAMPAIGN_EVERY
-	:: st[i] == ACQ && rep[i] != P_BUSY ->
+		r[i].st = IDLE; r[i].wake = r[i].lc + CAMPAIGN_EVERY
+	:: r[i].st == ACQ && r[i].rep != P_BUSY ->
 		/* an error, or an answer after the campaign's deadline */
-		st[i] = BACKOFF; wake[i] = lc[i] + BACKOFF_MAX
-	:: st[i] == LEAD && renewing[i] && rep[i] == P_OK && lc[i] < SAT(i) ->
-		renewing[i] = false;
+		r[i].st = BACKOFF; r[i].wake = r[i].lc + BACKOFF_MAX
+	:: r[i].st == LEAD && r[i].renewing && r[i].rep == P_OK && r[i].lc < SAT(i) ->
+		r[i].renewing = false;
 		if
-		:: !ending[i] ->
-			tb[i] = (TIMELINE_FROM_SEND -> sent[i] : lc[i]);
-			rnext[i] = tb[i] + RENEW_EVERY;
-			printf("t%d r%d: renewed (lc %d, s %d)\n", now, i, lc[i], tb[i])
+		:: !r[i].ending ->
+			r[i].tb = (TIMELINE_FROM_SEND -> r[i].sent : r[i].lc);
+			r[i].rnext = r[i].tb + RENEW_EVERY;
+			printf("t%d r%d: renewed (lc %d, s %d)\n", now, i, r[i].lc, r[i].tb)
 		:: else
 		fi
-	:: st[i] == LEAD && renewing[i] && rep[i] == P_LOST && lc[i] < SAT(i) ->
-		renewing[i] = false;
+	:: r[i].st == LEAD && r[i].renewing && r[i].rep == P_LOST && r[i].lc < SAT(i) ->
+		r[i].renewing = false;
 		if
-		:: !ending[i] -> ending[i] = true; lost[i] = true
+		:: !r[i].ending -> r[i].ending = true; r[i].lost = true
 		:: else
 		fi;
-		bodyOn[i] = false;
+		r[i].bodyOn = false;
 		printf("t%d r%d: lease lost, body cancelled\n", now, i)
-	:: st[i] == LEAD && renewing[i] ->
+	:: r[i].st == LEAD && r[i].renewing ->
 		/* an error, or an answer after the renew's deadline S: retry */
-		renewing[i] = false; rnext[i] = lc[i] + 1
+		r[i].renewing = false; r[i].rnext = r[i].lc + 1
 	:: else   /* nobody waits for it any more */
 	fi;
-	rep[i] = P_NONE; repDel[i] = false; repTok[i] = 0; repSeq[i] = 0;
+	r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0;
 	if
-	:: st[i] != ACQ && !renewing[i] -> sent[i] = 0
+	:: r[i].st != ACQ && !r[i].renewing -> r[i].sent = 0
 	:: else
 	fi
 }
@@ -342,30 +351,30 @@ inline consume(i) {
 /* The term ends (the end of lead): release unless lost, then campaign
  * again after CampaignEvery. */
 inline endTerm(i) {
-	printf("t%d r%d: term with token %d ends\n", now, i, tok[i]);
-	reqArg[i] = tok[i];
-	req[i] = (lost[i] -> R_NONE : R_REL);
-	rep[i] = P_NONE; repDel[i] = false; repTok[i] = 0; repSeq[i] = 0;
-	st[i] = IDLE; wake[i] = lc[i] + CAMPAIGN_EVERY;
-	sent[i] = 0; tb[i] = 0; tok[i] = 0; tseq[i] = 0; phase[i] = 0;
-	ending[i] = false; lost[i] = false; renewing[i] = false; rnext[i] = 0
+	printf("t%d r%d: term with token %d ends\n", now, i, r[i].tok);
+	r[i].reqArg = r[i].tok;
+	r[i].req = (r[i].lost -> R_NONE : R_REL);
+	r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0;
+	r[i].st = IDLE; r[i].wake = r[i].lc + CAMPAIGN_EVERY;
+	r[i].sent = 0; r[i].tb = 0; r[i].tok = 0; r[i].tseq = 0; r[i].phase = 0;
+	r[i].ending = false; r[i].lost = false; r[i].renewing = false; r[i].rnext = 0
 }
 
 inline campaignSend(i) {
-	req[i] = R_ACQ; reqArg[i] = FLOOR; rep[i] = P_NONE; repDel[i] = false;
-	sent[i] = lc[i]; st[i] = ACQ; wake[i] = 0;
-	printf("t%d r%d: campaign (lc %d, floor %d)\n", now, i, lc[i], reqArg[i])
+	r[i].req = R_ACQ; r[i].reqArg = FLOOR; r[i].rep = P_NONE; r[i].repDel = false;
+	r[i].sent = r[i].lc; r[i].st = ACQ; r[i].wake = 0;
+	printf("t%d r%d: campaign (lc %d, floor %d)\n", now, i, r[i].lc, r[i].reqArg)
 }
 
 inline renewSend(i) {
-	req[i] = R_RENEW; reqArg[i] = tok[i]; rep[i] = P_NONE; repDel[i] = false;
-	sent[i] = lc[i]; renewing[i] = true;
-	printf("t%d r%d: renew (lc %d)\n", now, i, lc[i])
+	r[i].req = R_RENEW; r[i].reqArg = r[i].tok; r[i].rep = P_NONE; r[i].repDel = false;
+	r[i].sent = r[i].lc; r[i].renewing = true;
+	printf("t%d r%d: renew (lc %d)\n", now, i, r[i].lc)
 }
 
 inline dropReq(i) {
 	printf("t%d net: r%d's statement lost\n", now, i);
-	req[i] = R_NONE; reqArg[i] = 0
+	r[i].req = R_NONE; r[i].reqArg = 0
 }
 
 inline fault() { faults++ }
@@ -376,25 +385,25 @@ inline fault() { faults++ }
 #define OFFER(G, SEND) \
 	:: d_step { G -> SEND; dbExec(i); consume(i); CHECK_P1 } \
 	:: d_step { G && BUDGET -> SEND; fault(); dropReq(i) } \
-	:: d_step { G && BUDGET -> SEND; fault(); dropReq(i); rep[i] = P_ERR; consume(i) } \
+	:: d_step { G && BUDGET -> SEND; fault(); dropReq(i); r[i].rep = P_ERR; consume(i) } \
 	:: d_step { G && BUDGET -> SEND; fault(); printf("t%d net: r%d's statement delayed\n", now, i) } \
-	:: d_step { G && BUDGET -> SEND; fault(); dbExec(i); printf("t%d net: r%d's answer lost\n", now, i); rep[i] = P_NONE; repTok[i] = 0; repSeq[i] = 0 } \
-	:: d_step { G && BUDGET -> SEND; fault(); dbExec(i); rep[i] = P_ERR; repTok[i] = 0; repSeq[i] = 0; consume(i) } \
-	:: d_step { G && BUDGET -> SEND; fault(); dbExec(i); repDel[i] = true; printf("t%d net: r%d's answer delayed\n", now, i) }
+	:: d_step { G && BUDGET -> SEND; fault(); dbExec(i); printf("t%d net: r%d's answer lost\n", now, i); r[i].rep = P_NONE; r[i].repTok = 0; r[i].repSeq = 0 } \
+	:: d_step { G && BUDGET -> SEND; fault(); dbExec(i); r[i].rep = P_ERR; r[i].repTok = 0; r[i].repSeq = 0; consume(i) } \
+	:: d_step { G && BUDGET -> SEND; fault(); dbExec(i); r[i].repDel = true; printf("t%d net: r%d's answer delayed\n", now, i) }
 
 /* A statement to the store: runs at once, or is lost or delayed. */
 #define STORE(G, SEND) \
 	:: d_step { G -> SEND; storeExec(i) } \
-	:: d_step { G && BUDGET -> SEND; fault(); printf("t%d net: r%d's store statement lost\n", now, i); wr[i] = W_NONE; wrTok[i] = 0; wrSeq[i] = 0 } \
+	:: d_step { G && BUDGET -> SEND; fault(); printf("t%d net: r%d's store statement lost\n", now, i); r[i].wr = W_NONE; r[i].wrTok = 0; r[i].wrSeq = 0 } \
 	:: d_step { G && BUDGET -> SEND; fault(); printf("t%d net: r%d's store statement delayed\n", now, i) }
 
-#define CAMPAIGN    (!paused[i] && st[i] == IDLE && lc[i] >= wake[i])
-#define RENEW       (!paused[i] && st[i] == LEAD && !ending[i] && !renewing[i] && lc[i] >= rnext[i])
-#define ENDS        (!paused[i] && st[i] == LEAD && !bodyOn[i])
-#define CLAIMS      (!paused[i] && st[i] == LEAD && bodyOn[i] && phase[i] == CLAIMING && wr[i] == W_NONE)
-#define CLAIM_SEND  wr[i] = W_CLAIM; wrTok[i] = tok[i]; wrSeq[i] = tseq[i]; phase[i] = CLAIMSENT
-#define WRITES      (!paused[i] && st[i] == LEAD && phase[i] == BODY && bodyOn[i] && wr[i] == W_NONE && LIVE(i))
-#define WRITE_SEND  wr[i] = W_WRITE; wrTok[i] = tok[i]; wrSeq[i] = tseq[i]
+#define CAMPAIGN    (!r[i].paused && r[i].st == IDLE && r[i].lc >= r[i].wake)
+#define RENEW       (!r[i].paused && r[i].st == LEAD && !r[i].ending && !r[i].renewing && r[i].lc >= r[i].rnext)
+#define ENDS        (!r[i].paused && r[i].st == LEAD && !r[i].bodyOn)
+#define CLAIMS      (!r[i].paused && r[i].st == LEAD && r[i].bodyOn && r[i].phase == CLAIMING && r[i].wr == W_NONE)
+#define CLAIM_SEND  r[i].wr = W_CLAIM; r[i].wrTok = r[i].tok; r[i].wrSeq = r[i].tseq; r[i].phase = CLAIMSENT
+#define WRITES      (!r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && r[i].wr == W_NONE && LIVE(i))
+#define WRITE_SEND  r[i].wr = W_WRITE; r[i].wrTok = r[i].tok; r[i].wrSeq = r[i].tseq
 
 proctype Replica(byte i) {
 	bool ok, live;   /* storeExec's scratch, false between actions */
@@ -403,56 +412,56 @@ end:
 	/* -- urgent: timers and sequential steps of the Go loop -- */
 	OFFER(CAMPAIGN, campaignSend(i))
 	OFFER(RENEW, renewSend(i))
-	:: d_step { ENDS && lost[i] -> endTerm(i) }
-	:: d_step { ENDS && !lost[i] -> endTerm(i); dbExec(i) }
-	:: d_step { ENDS && !lost[i] && BUDGET -> endTerm(i); fault(); dropReq(i) }
-	:: d_step { ENDS && !lost[i] && BUDGET -> endTerm(i); fault(); printf("t%d net: r%d's release delayed\n", now, i) }
-	STORE(CLAIMS && (!TIMELINE || lc[i] < CAT(i)), CLAIM_SEND)
-	:: d_step { CLAIMS && TIMELINE && lc[i] >= CAT(i) -> bodyOn[i] = false }
-	:: d_step { !paused[i] && rep[i] != P_NONE && !repDel[i] -> consume(i); CHECK_P1 }
-	:: d_step { !paused[i] && st[i] == ACQ && (rep[i] == P_NONE || repDel[i]) && lc[i] >= sent[i] + TTL ->
-		st[i] = BACKOFF; wake[i] = lc[i] + BACKOFF_MAX; sent[i] = 0;
-		rep[i] = P_NONE; repDel[i] = false; repTok[i] = 0; repSeq[i] = 0 }
-	:: d_step { !paused[i] && st[i] == BACKOFF && lc[i] >= wake[i] -> st[i] = IDLE; wake[i] = lc[i] }
-	:: d_step { !paused[i] && st[i] == LEAD && TIMELINE && !ending[i] && lc[i] >= YAT(i) ->
-		ending[i] = true;
-		printf("t%d r%d: yields (lc %d)\n", now, i, lc[i]) }
-	:: d_step { !paused[i] && st[i] == LEAD && renewing[i] && (rep[i] == P_NONE || repDel[i]) && lc[i] >= SAT(i) ->
-		renewing[i] = false; rnext[i] = lc[i] + 1; sent[i] = 0;
-		rep[i] = P_NONE; repDel[i] = false; repTok[i] = 0; repSeq[i] = 0 }
+	:: d_step { ENDS && r[i].lost -> endTerm(i) }
+	:: d_step { ENDS && !r[i].lost -> endTerm(i); dbExec(i) }
+	:: d_step { ENDS && !r[i].lost && BUDGET -> endTerm(i); fault(); dropReq(i) }
+	:: d_step { ENDS && !r[i].lost && BUDGET -> endTerm(i); fault(); printf("t%d net: r%d's release delayed\n", now, i) }
+	STORE(CLAIMS && (!TIMELINE || r[i].lc < CAT(i)), CLAIM_SEND)
+	:: d_step { CLAIMS && TIMELINE && r[i].lc >= CAT(i) -> r[i].bodyOn = false }
+	:: d_step { !r[i].paused && r[i].rep != P_NONE && !r[i].repDel -> consume(i); CHECK_P1 }
+	:: d_step { !r[i].paused && r[i].st == ACQ && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= r[i].sent + TTL ->
+		r[i].st = BACKOFF; r[i].wake = r[i].lc + BACKOFF_MAX; r[i].sent = 0;
+		r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0 }
+	:: d_step { !r[i].paused && r[i].st == BACKOFF && r[i].lc >= r[i].wake -> r[i].st = IDLE; r[i].wake = r[i].lc }
+	:: d_step { !r[i].paused && r[i].st == LEAD && TIMELINE && !r[i].ending && r[i].lc >= YAT(i) ->
+		r[i].ending = true;
+		printf("t%d r%d: yields (lc %d)\n", now, i, r[i].lc) }
+	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].renewing && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= SAT(i) ->
+		r[i].renewing = false; r[i].rnext = r[i].lc + 1; r[i].sent = 0;
+		r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0 }
 
 	/* -- not urgent: the body, delayed statements, faults, drift -- */
 	STORE(WRITES, WRITE_SEND)
-	:: d_step { !paused[i] && st[i] == LEAD && phase[i] == BODY && bodyOn[i] && returns < RETURNS ->
-		returns++; bodyOn[i] = false; printf("t%d r%d: body returns\n", now, i) }
-	:: d_step { !paused[i] && rep[i] != P_NONE && repDel[i] -> consume(i); CHECK_P1 }
-	:: d_step { req[i] != R_NONE -> dbExec(i) }
-	:: d_step { wr[i] != W_NONE -> storeExec(i) }
-	:: d_step { !paused[i] && st[i] == BACKOFF -> st[i] = IDLE; wake[i] = lc[i] }
-	:: d_step { BUDGET && !paused[i] -> fault(); paused[i] = true;
-		printf("t%d r%d: pauses (lc %d)\n", now, i, lc[i]) }
-	:: d_step { paused[i] ->
-		paused[i] = false;
+	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && returns < RETURNS ->
+		returns++; r[i].bodyOn = false; printf("t%d r%d: body returns\n", now, i) }
+	:: d_step { !r[i].paused && r[i].rep != P_NONE && r[i].repDel -> consume(i); CHECK_P1 }
+	:: d_step { r[i].req != R_NONE -> dbExec(i) }
+	:: d_step { r[i].wr != W_NONE -> storeExec(i) }
+	:: d_step { !r[i].paused && r[i].st == BACKOFF -> r[i].st = IDLE; r[i].wake = r[i].lc }
+	:: d_step { BUDGET && !r[i].paused -> fault(); r[i].paused = true;
+		printf("t%d r%d: pauses (lc %d)\n", now, i, r[i].lc) }
+	:: d_step { r[i].paused ->
+		r[i].paused = false;
 		/* the elector's overdue timers fire at once: a body past S stops */
 		if
-		:: TIMELINE && bodyOn[i] && lc[i] >= SAT(i) -> bodyOn[i] = false
+		:: TIMELINE && r[i].bodyOn && r[i].lc >= SAT(i) -> r[i].bodyOn = false
 		:: else
 		fi;
-		printf("t%d r%d: resumes (lc %d)\n", now, i, lc[i]);
+		printf("t%d r%d: resumes (lc %d)\n", now, i, r[i].lc);
 		CHECK_P1 }
-	:: d_step { drift[i] < DRIFT && !slow[i] -> drift[i]++; slow[i] = true;
+	:: d_step { r[i].drift < DRIFT && !r[i].slow -> r[i].drift++; r[i].slow = true;
 		printf("t%d r%d: clock loses the next tick\n", now, i) }
 	od
 }
 
 inline tickClock(i) {
 	if
-	:: slow[i] -> slow[i] = false
-	:: else -> lc[i]++
+	:: r[i].slow -> r[i].slow = false
+	:: else -> r[i].lc++
 	fi;
 	/* a body that honours Ending and its context has returned by S */
 	if
-	:: TIMELINE && !paused[i] && bodyOn[i] && lc[i] >= SAT(i) -> bodyOn[i] = false
+	:: TIMELINE && !r[i].paused && r[i].bodyOn && r[i].lc >= SAT(i) -> r[i].bodyOn = false
 	:: else
 	fi
 }
