@@ -38,6 +38,10 @@ demo: ## Tell the recipe's story against PostgreSQL (examples/handover; finds a 
 bench: ## Measure handover, failover, database load and fenced-write cost; prints a table (docs/benchmarks.md).
 	$(GO) run ./cmd/pgleader-bench $(BENCHFLAGS)
 
+.PHONY: model
+model: ## Check the SPIN model and its mutants (model/, docs/model-checking.md; needs spin, gcc).
+	./model/check.sh
+
 .PHONY: chaos
 chaos: ## Inject faults for DURATION (default 2m) into replicas on a throwaway cluster; check safety (docs/safety.md).
 	$(GO) run ./cmd/pgleader-chaos -duration $(DURATION) -own-cluster

@@ -1,0 +1,510 @@
+/*
+ * pgleader: replicas electing a leader through a lease row in PostgreSQL and
+ * writing to a fenced store. docs/model-checking.md maps every action here
+ * to the SQL function or Go code that implements it, and lists what is
+ * abstracted away. model/check.sh runs the checks and the mutants.
+ *
+ * Time is discrete. `now` is the database clock, in ticks; each replica has
+ * its own local clock r[i].lc, which may lose up to DRIFT ticks over the
+ * run (TMAX < 2 TTL, so one tick is a rate bound of 1/TTL). Every action is atomic (d_step). What a Go timer or a sequential
+ * step of the Go loop does next is urgent: time does not pass while it is
+ * enabled, unless the replica is paused. A statement normally runs, and is
+ * answered, at the instant it is sent; a fault may instead lose it, fail
+ * it, or delay it (or its answer) for any number of ticks. The body's
+ * choices (write, return) are never urgent.
+ */
+#include "spec.pml"
+
+/* ---- configuration (spin -D...) ---- */
+#ifndef NR
+#define NR 2                   /* replicas: 2 or 3 */
+#endif
+#ifndef TMAX
+#define TMAX 14                /* the database clock stops here */
+#endif
+#ifndef FAULT_BUDGET
+#define FAULT_BUDGET 2         /* faults per run: lost, failed or delayed statements, pauses */
+#endif
+#ifndef FAULT_END
+#define FAULT_END TMAX         /* faults may happen only before this tick */
+#endif
+#ifndef DRIFT
+#define DRIFT 1                /* ticks each local clock may lose in the run */
+#endif
+#ifndef RETURNS
+#define RETURNS 1              /* times a body may return on its own in the run */
+#endif
+#ifndef FENCE0
+#define FENCE0 0               /* the store's fence at the start; > 0: lease data lost before */
+#endif
+#ifndef P4_N
+#define P4_N 2                 /* P4: ticks the lease may be free with a candidate and no leader */
+#endif
+#define BACKOFF_MAX (TTL / 2)  /* the campaign backoff's cap */
+
+/* ---- mutants: each must produce a counterexample ---- */
+#ifdef MUTANT_NO_YIELD         /* hook.NoYield: no Y, no C, Live ignores the clock */
+#define TIMELINE 0
+#else
+#define TIMELINE 1
+#endif
+#ifdef MUTANT_RECV_TIME        /* the timeline counts from when the answer arrived */
+#undef TIMELINE_FROM_SEND
+#define TIMELINE_FROM_SEND 0
+#endif
+#ifdef MUTANT_CLAIM_LE         /* claim: fence <= token */
+#define CLAIM_OK(f, t) ((f) <= (t))
+#else
+#define CLAIM_OK(f, t) ((f) < (t))
+#endif
+#ifdef MUTANT_WRITE_LT         /* write: fence < token */
+#define WRITE_OK(f, t) ((f) < (t))
+#else
+#define WRITE_OK(f, t) ((f) <= (t))
+#endif
+#ifdef NO_FLOOR                /* FenceFloor unset (a configuration; with FENCE0 > 0, a mutant) */
+#define FLOOR 0
+#else
+#define FLOOR fence
+#endif
+#ifdef MUTANT_MARGIN0          /* Margin 0 (the clocks still drift) */
+#undef MARGIN
+#define MARGIN 0
+#endif
+
+/* ---- replica states (Run in pgleader/elector.go) ---- */
+#define IDLE    0   /* waiting to campaign at lc >= wake */
+#define ACQ     1   /* campaign: acquire sent at r[i].sent */
+#define BACKOFF 2   /* the campaign failed: retry by lc >= wake */
+#define LEAD    3   /* lead: a term */
+
+/* term phases (runBody) */
+#define CLAIMING  0 /* Claim not yet sent */
+#define CLAIMSENT 1
+#define BODY      2 /* Claim accepted: Lead runs */
+
+/* statements to the lease row: one slot per replica */
+#define R_NONE  0
+#define R_ACQ   1   /* pgleader.acquire(key, owner, ttl, floor) */
+#define R_RENEW 2   /* pgleader.renew(key, owner, token, ttl) */
+#define R_REL   3   /* pgleader.release(key, owner, token) */
+
+/* answers */
+#define P_NONE 0
+#define P_WON  1    /* acquire: acquired = true */
+#define P_BUSY 2    /* acquire: acquired = false */
+#define P_OK   3    /* renew returned the new expiry */
+#define P_LOST 4    /* renew returned NULL: ErrLost */
+#define P_ERR  5    /* the statement failed: network, server */
+
+/* statements to the fenced store: one slot per replica */
+#define W_NONE  0
+#define W_CLAIM 1   /* claim: SET fence = $t WHERE fence < $t */
+#define W_WRITE 2   /* write: SET fence = $t WHERE fence <= $t */
+
+/* ---- state, packed: times, tokens and sequence numbers fit in 5 bits ---- */
+#define W5 5
+#if TMAX + TTL > 31
+#error "TMAX + TTL must fit in 5 bits"
+#endif
+
+/* the database */
+unsigned now : W5;        /* clock_timestamp() */
+unsigned holder : 2;      /* lease.holder: 0 = NULL, else replica + 1 */
+unsigned ltoken : W5;     /* lease.token: the key's counter */
+unsigned expires : W5;    /* lease.expires_at */
+unsigned fence : W5 = FENCE0; /* the store's fence */
+
+/* one replica: the Go loop's state, and its statements in flight */
+typedef Replica_t {
+	unsigned lc : W5;       /* local monotonic clock */
+	unsigned drift : 2;     /* ticks the clock has lost */
+	bit slow;               /* the clock loses the next tick */
+	bit paused;
+	unsigned st : 2;
+	unsigned wake : W5;
+	unsigned sent : W5;     /* when the acquire or renew in flight was sent */
+	unsigned tb : W5;       /* s: the base of the term's timeline */
+	unsigned tok : W5;
+	unsigned tseq : W5;     /* ghost: the term's place in acquisition order */
+	unsigned phase : 2;
+	bit ending;             /* Reason() != none */
+	bit lost;               /* Reason() == lost */
+	bit bodyOn;             /* Claim or Lead may still act */
+	bit renewing;
+	unsigned rnext : W5;    /* the renew timer */
+	unsigned req : 2;       /* a statement delayed on its way */
+	unsigned reqArg : W5;   /* acquire: floor; renew, release: token */
+	unsigned rep : 3;       /* an answer not yet taken in */
+	bit repDel;             /* the answer is delayed */
+	unsigned repTok : W5;
+	unsigned repSeq : W5;
+	unsigned wr : 2;        /* a store statement delayed on its way */
+	unsigned wrTok : W5;
+	unsigned wrSeq : W5
+}
+Replica_t r[NR];
+
+/* faults and ghosts */
+unsigned faults : 3;      /* faults so far */
+unsigned returns : 2;     /* bodies that returned on their own so far */
+unsigned seqN : W5;       /* acquisitions so far */
+unsigned maxIssued : W5;  /* P3: highest token acquire issued */
+unsigned maxClaimed : W5; /* P3: highest token a claim settled */
+unsigned maxSeqW : W5;    /* P2: latest term, by acquisition, with an accepted write */
+unsigned fenceSeq : W5;   /* P2: the term whose write set the fence */
+bit wiped;                /* the lease row was lost during the run */
+bit led;                  /* P4: a claim was accepted since the last tick */
+unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
+
+#define YAT(i)  (r[i].tb + YIELD_AT)
+#define CAT(i)  (r[i].tb + CANCEL_AT)
+#define SAT(i)  (r[i].tb + SAFE_END)
+#define FAULTS  (now < FAULT_END)
+#define BUDGET  (FAULTS && faults < FAULT_BUDGET)
+#define FREE    (holder == 0 || expires <= now)
+
+/* Term.Live: the term has not begun to end and the clock is before Y. */
+#define LIVE(i) (r[i].st == LEAD && !r[i].ending && (!TIMELINE || r[i].lc < YAT(i)))
+
+/* The body's window: from the win until the safe end S. */
+#define INWIN(i) (r[i].st == LEAD && r[i].bodyOn && (!TIMELINE || r[i].lc < SAT(i)))
+
+/* What the Go loop does next without waiting for anything but its clock. */
+#define DUE(i) (!r[i].paused && ( \
+	(r[i].rep != P_NONE && !r[i].repDel) || \
+	(r[i].st == IDLE && r[i].lc >= r[i].wake) || \
+	(r[i].st == ACQ && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= r[i].sent + TTL) || \
+	(r[i].st == BACKOFF && r[i].lc >= r[i].wake) || \
+	(r[i].st == LEAD && ( \
+		!r[i].bodyOn || \
+		(r[i].phase == CLAIMING && r[i].wr == W_NONE) || \
+		(TIMELINE && !r[i].ending && r[i].lc >= YAT(i)) || \
+		(!r[i].ending && !r[i].renewing && r[i].lc >= r[i].rnext) || \
+		(r[i].renewing && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= SAT(i))))))
+
+/* In the fault-free suffix nothing stays delayed or paused. */
+#define SETTLED(i) (!r[i].paused && r[i].req == R_NONE && r[i].rep == P_NONE && r[i].wr == W_NONE)
+
+#if NR == 2
+#define ALL(P)   (P(0) && P(1))
+#define ANY(P)   (P(0) || P(1))
+#define COUNT(P) (P(0) + P(1))
+#else
+#define ALL(P)   (P(0) && P(1) && P(2))
+#define ANY(P)   (P(0) || P(1) || P(2))
+#define COUNT(P) (P(0) + P(1) + P(2))
+#endif
+#define NOTDUE(i)       (!DUE(i))
+#define LEADING(i)      (r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn)
+#define CANDIDATE(i)    (!r[i].paused && (r[i].st == IDLE || (r[i].st == ACQ && (r[i].req != R_NONE || r[i].rep != P_NONE))))
+#define RUNS_OUTSIDE(i) (r[i].bodyOn && !r[i].paused && !INWIN(i))
+
+/* An assertion that names its property in a replayed trail. */
+#define PROP(name, cond) \
+	if \
+	:: !(cond) -> printf("violated: P%d\n", name) \
+	:: else \
+	fi; \
+	assert(cond)
+
+/* P1: while the lease row is intact no two bodies are in their windows at
+ * once, and a body that is not paused acts only inside its window. */
+#define CHECK_P1 \
+	PROP(1, wiped || COUNT(INWIN) <= 1); \
+	PROP(1, !ANY(RUNS_OUTSIDE))
+
+/* ---- the database runs replica i's statement (migrations/0001_lease.up.sql) ---- */
+inline dbExec(i) {
+	if
+	:: r[i].req == R_ACQ ->
+		if
+		:: FREE ->
+			/* P0: the model's own bounds (5-bit tokens and counters) */
+			PROP(0, ltoken < 31 && r[i].reqArg < 31 && seqN < 31);
+			ltoken = (ltoken > r[i].reqArg -> ltoken : r[i].reqArg) + 1;
+			holder = i + 1; expires = now + TTL; seqN++;
+			/* P3: issued tokens strictly increase (lease row intact). */
+			PROP(3, wiped || ltoken > maxIssued);
+			maxIssued = (ltoken > maxIssued -> ltoken : maxIssued);
+			r[i].rep = P_WON; r[i].repTok = ltoken; r[i].repSeq = seqN;
+			printf("t%d db: acquire r%d floor=%d -> token %d, expires %d\n", now, i, r[i].reqArg, ltoken, expires)
+		:: else ->
+			r[i].rep = P_BUSY;
+			printf("t%d db: acquire r%d -> held\n", now, i)
+		fi
+	:: r[i].req == R_RENEW ->
+		if
+		:: holder == i + 1 && ltoken == r[i].reqArg && expires > now ->
+			expires = now + TTL; r[i].rep = P_OK;
+			printf("t%d db: renew r%d token %d -> expires %d\n", now, i, r[i].reqArg, expires)
+		:: else ->
+			r[i].rep = P_LOST;
+			printf("t%d db: renew r%d token %d -> not held\n", now, i, r[i].reqArg)
+		fi
+	:: r[i].req == R_REL ->
+		if
+		:: holder == i + 1 && ltoken == r[i].reqArg ->
+			holder = 0; expires = 0;
+			printf("t%d db: release r%d token %d\n", now, i, r[i].reqArg)
+		:: else
+		fi
+	fi;
+	r[i].req = R_NONE; r[i].reqArg = 0
+}
+
+/* ---- the store runs replica i's claim or write (sqlfence, the recipe's table) ---- */
+inline storeExec(i) {
+	live = (r[i].tseq == r[i].wrSeq && LIVE(i));
+	if
+	:: r[i].wr == W_CLAIM -> ok = CLAIM_OK(fence, r[i].wrTok)
+	:: else -> ok = WRITE_OK(fence, r[i].wrTok)
+	fi;
+	if
+	:: ok ->
+		/* P2: no write of a term after a later term's first write.
+		 * While the lease row is intact, later means acquired later;
+		 * after it was lost, only a higher token can mean later, and
+		 * one token must not write for two terms. */
+		PROP(2, wiped || r[i].wrSeq >= maxSeqW);
+		PROP(2, r[i].wrTok > fence || (r[i].wrTok == fence && r[i].wrSeq == fenceSeq));
+		maxSeqW = (r[i].wrSeq > maxSeqW -> r[i].wrSeq : maxSeqW);
+		fenceSeq = r[i].wrSeq;
+		fence = r[i].wrTok;
+		if
+		:: r[i].wr == W_CLAIM ->
+			/* P3: the tokens claims settle strictly increase. */
+			PROP(3, r[i].wrTok > maxClaimed);
+			maxClaimed = r[i].wrTok;
+			printf("t%d store: claim r%d token %d accepted\n", now, i, r[i].wrTok)
+		:: else ->
+			printf("t%d store: write r%d token %d accepted\n", now, i, r[i].wrTok)
+		fi
+	:: else ->
+		if
+		:: r[i].wr == W_CLAIM -> printf("t%d store: claim r%d token %d refused, fence %d\n", now, i, r[i].wrTok, fence)
+		:: else -> printf("t%d store: write r%d token %d refused, fence %d\n", now, i, r[i].wrTok, fence)
+		fi;
+		/* P5: the fence never refuses a live term (lease row intact). */
+		PROP(5, wiped || !live)
+	fi;
+	if
+	:: r[i].st == LEAD && r[i].tseq == r[i].wrSeq ->
+		if
+		:: ok && r[i].wr == W_CLAIM -> r[i].phase = BODY; led = true
+		:: ok
+		:: else -> r[i].bodyOn = false   /* refused: the body returns */
+		fi
+	:: else
+	fi;
+	r[i].wr = W_NONE; r[i].wrTok = 0; r[i].wrSeq = 0;
+	ok = false; live = false
+}
+
+/* ---- replica i takes in the answer to its statement (pgleader/elector.go) ---- */
+inline consume(i) {
+	if
+	:: r[i].st == ACQ && r[i].rep == P_WON && r[i].lc < r[i].sent + TTL ->
+		/* campaign returns won; lead(token, sent) */
+		r[i].st = LEAD; r[i].tok = r[i].repTok; r[i].tseq = r[i].repSeq;
+		r[i].tb = (TIMELINE_FROM_SEND -> r[i].sent : r[i].lc);
+		r[i].phase = CLAIMING; r[i].ending = false; r[i].lost = false;
+		r[i].renewing = false; r[i].rnext = r[i].tb + RENEW_EVERY;
+		/* runBody starts; Claim fails at once if its context is cancelled */
+		r[i].bodyOn = (!TIMELINE || r[i].lc < CAT(i));
+		printf("t%d r%d: leads with token %d (lc %d, s %d)\n", now, i, r[i].tok, r[i].lc, r[i].tb)
+	:: r[i].st == ACQ && r[i].rep == P_BUSY ->
+		/* waitForExpiry: poll again after CampaignEvery */
+		r[i].st = IDLE; r[i].wake = r[i].lc + CAMPAIGN_EVERY
+	:: r[i].st == ACQ && r[i].rep != P_BUSY ->
+		/* an error, or an answer after the campaign's deadline */
+		r[i].st = BACKOFF; r[i].wake = r[i].lc + BACKOFF_MAX
+	:: r[i].st == LEAD && r[i].renewing && r[i].rep == P_OK && r[i].lc < SAT(i) ->
+		r[i].renewing = false;
+		if
+		:: !r[i].ending ->
+			r[i].tb = (TIMELINE_FROM_SEND -> r[i].sent : r[i].lc);
+			r[i].rnext = r[i].tb + RENEW_EVERY;
+			printf("t%d r%d: renewed (lc %d, s %d)\n", now, i, r[i].lc, r[i].tb)
+		:: else
+		fi
+	:: r[i].st == LEAD && r[i].renewing && r[i].rep == P_LOST && r[i].lc < SAT(i) ->
+		r[i].renewing = false;
+		if
+		:: !r[i].ending -> r[i].ending = true; r[i].lost = true
+		:: else
+		fi;
+		r[i].bodyOn = false;
+		printf("t%d r%d: lease lost, body cancelled\n", now, i)
+	:: r[i].st == LEAD && r[i].renewing ->
+		/* an error, or an answer after the renew's deadline S: retry */
+		r[i].renewing = false; r[i].rnext = r[i].lc + 1
+	:: else   /* nobody waits for it any more */
+	fi;
+	r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0;
+	if
+	:: r[i].st != ACQ && !r[i].renewing -> r[i].sent = 0
+	:: else
+	fi
+}
+
+/* The term ends (the end of lead): release unless lost, then campaign
+ * again after CampaignEvery. */
+inline endTerm(i) {
+	printf("t%d r%d: term with token %d ends\n", now, i, r[i].tok);
+	r[i].reqArg = r[i].tok;
+	r[i].req = (r[i].lost -> R_NONE : R_REL);
+	r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0;
+	r[i].st = IDLE; r[i].wake = r[i].lc + CAMPAIGN_EVERY;
+	r[i].sent = 0; r[i].tb = 0; r[i].tok = 0; r[i].tseq = 0; r[i].phase = 0;
+	r[i].ending = false; r[i].lost = false; r[i].renewing = false; r[i].rnext = 0
+}
+
+inline campaignSend(i) {
+	r[i].req = R_ACQ; r[i].reqArg = FLOOR; r[i].rep = P_NONE; r[i].repDel = false;
+	r[i].sent = r[i].lc; r[i].st = ACQ; r[i].wake = 0;
+	printf("t%d r%d: campaign (lc %d, floor %d)\n", now, i, r[i].lc, r[i].reqArg)
+}
+
+inline renewSend(i) {
+	r[i].req = R_RENEW; r[i].reqArg = r[i].tok; r[i].rep = P_NONE; r[i].repDel = false;
+	r[i].sent = r[i].lc; r[i].renewing = true;
+	printf("t%d r%d: renew (lc %d)\n", now, i, r[i].lc)
+}
+
+inline dropReq(i) {
+	printf("t%d net: r%d's statement lost\n", now, i);
+	r[i].req = R_NONE; r[i].reqArg = 0
+}
+
+inline fault() { faults++ }
+
+/* A statement to the lease row, sent when G holds: it runs and is answered
+ * at once, or (a fault) is lost, fails, or is delayed, or its answer is
+ * lost, fails, or is delayed. */
+#define OFFER(G, SEND) \
+	:: d_step { G -> SEND; dbExec(i); consume(i); CHECK_P1 } \
+	:: d_step { G && BUDGET -> SEND; fault(); dropReq(i) } \
+	:: d_step { G && BUDGET -> SEND; fault(); dropReq(i); r[i].rep = P_ERR; consume(i) } \
+	:: d_step { G && BUDGET -> SEND; fault(); printf("t%d net: r%d's statement delayed\n", now, i) } \
+	:: d_step { G && BUDGET -> SEND; fault(); dbExec(i); printf("t%d net: r%d's answer lost\n", now, i); r[i].rep = P_NONE; r[i].repTok = 0; r[i].repSeq = 0 } \
+	:: d_step { G && BUDGET -> SEND; fault(); dbExec(i); r[i].rep = P_ERR; r[i].repTok = 0; r[i].repSeq = 0; consume(i) } \
+	:: d_step { G && BUDGET -> SEND; fault(); dbExec(i); r[i].repDel = true; printf("t%d net: r%d's answer delayed\n", now, i) }
+
+/* A statement to the store: runs at once, or is lost or delayed. */
+#define STORE(G, SEND) \
+	:: d_step { G -> SEND; storeExec(i) } \
+	:: d_step { G && BUDGET -> SEND; fault(); printf("t%d net: r%d's store statement lost\n", now, i); r[i].wr = W_NONE; r[i].wrTok = 0; r[i].wrSeq = 0 } \
+	:: d_step { G && BUDGET -> SEND; fault(); printf("t%d net: r%d's store statement delayed\n", now, i) }
+
+#define CAMPAIGN    (!r[i].paused && r[i].st == IDLE && r[i].lc >= r[i].wake)
+#define RENEW       (!r[i].paused && r[i].st == LEAD && !r[i].ending && !r[i].renewing && r[i].lc >= r[i].rnext)
+#define ENDS        (!r[i].paused && r[i].st == LEAD && !r[i].bodyOn)
+#define CLAIMS      (!r[i].paused && r[i].st == LEAD && r[i].bodyOn && r[i].phase == CLAIMING && r[i].wr == W_NONE)
+#define CLAIM_SEND  r[i].wr = W_CLAIM; r[i].wrTok = r[i].tok; r[i].wrSeq = r[i].tseq; r[i].phase = CLAIMSENT
+#define WRITES      (!r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && r[i].wr == W_NONE && LIVE(i))
+#define WRITE_SEND  r[i].wr = W_WRITE; r[i].wrTok = r[i].tok; r[i].wrSeq = r[i].tseq
+
+proctype Replica(byte i) {
+	bool ok, live;   /* storeExec's scratch, false between actions */
+end:
+	do
+	/* -- urgent: timers and sequential steps of the Go loop -- */
+	OFFER(CAMPAIGN, campaignSend(i))
+	OFFER(RENEW, renewSend(i))
+	:: d_step { ENDS && r[i].lost -> endTerm(i) }
+	:: d_step { ENDS && !r[i].lost -> endTerm(i); dbExec(i) }
+	:: d_step { ENDS && !r[i].lost && BUDGET -> endTerm(i); fault(); dropReq(i) }
+	:: d_step { ENDS && !r[i].lost && BUDGET -> endTerm(i); fault(); printf("t%d net: r%d's release delayed\n", now, i) }
+	STORE(CLAIMS && (!TIMELINE || r[i].lc < CAT(i)), CLAIM_SEND)
+	:: d_step { CLAIMS && TIMELINE && r[i].lc >= CAT(i) -> r[i].bodyOn = false }
+	:: d_step { !r[i].paused && r[i].rep != P_NONE && !r[i].repDel -> consume(i); CHECK_P1 }
+	:: d_step { !r[i].paused && r[i].st == ACQ && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= r[i].sent + TTL ->
+		r[i].st = BACKOFF; r[i].wake = r[i].lc + BACKOFF_MAX; r[i].sent = 0;
+		r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0 }
+	:: d_step { !r[i].paused && r[i].st == BACKOFF && r[i].lc >= r[i].wake -> r[i].st = IDLE; r[i].wake = r[i].lc }
+	:: d_step { !r[i].paused && r[i].st == LEAD && TIMELINE && !r[i].ending && r[i].lc >= YAT(i) ->
+		r[i].ending = true;
+		printf("t%d r%d: yields (lc %d)\n", now, i, r[i].lc) }
+	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].renewing && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= SAT(i) ->
+		r[i].renewing = false; r[i].rnext = r[i].lc + 1; r[i].sent = 0;
+		r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0 }
+
+	/* -- not urgent: the body, delayed statements, faults, drift -- */
+	STORE(WRITES, WRITE_SEND)
+	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && returns < RETURNS ->
+		returns++; r[i].bodyOn = false; printf("t%d r%d: body returns\n", now, i) }
+	:: d_step { !r[i].paused && r[i].rep != P_NONE && r[i].repDel -> consume(i); CHECK_P1 }
+	:: d_step { r[i].req != R_NONE -> dbExec(i) }
+	:: d_step { r[i].wr != W_NONE -> storeExec(i) }
+	:: d_step { !r[i].paused && r[i].st == BACKOFF -> r[i].st = IDLE; r[i].wake = r[i].lc }
+	:: d_step { BUDGET && !r[i].paused -> fault(); r[i].paused = true;
+		printf("t%d r%d: pauses (lc %d)\n", now, i, r[i].lc) }
+	:: d_step { r[i].paused ->
+		r[i].paused = false;
+		/* the elector's overdue timers fire at once: a body past S stops */
+		if
+		:: TIMELINE && r[i].bodyOn && r[i].lc >= SAT(i) -> r[i].bodyOn = false
+		:: else
+		fi;
+		printf("t%d r%d: resumes (lc %d)\n", now, i, r[i].lc);
+		CHECK_P1 }
+	:: d_step { r[i].drift < DRIFT && !r[i].slow -> r[i].drift++; r[i].slow = true;
+		printf("t%d r%d: clock loses the next tick\n", now, i) }
+	od
+}
+
+inline tickClock(i) {
+	if
+	:: r[i].slow -> r[i].slow = false
+	:: else -> r[i].lc++
+	fi;
+	/* a body that honours Ending and its context has returned by S */
+	if
+	:: TIMELINE && !r[i].paused && r[i].bodyOn && r[i].lc >= SAT(i) -> r[i].bodyOn = false
+	:: else
+	fi
+}
+
+proctype Clock() {
+end:
+	do
+	:: d_step { now < TMAX && ALL(NOTDUE) && (FAULTS || ALL(SETTLED)) ->
+		/* P4, in the fault-free suffix */
+		if
+		:: now >= FAULT_END ->
+			if
+			:: led || ANY(LEADING) -> p4 = 0
+			:: else ->
+				if
+				:: FREE && ANY(CANDIDATE) -> p4++
+				:: else
+				fi
+			fi;
+			PROP(4, p4 <= P4_N)
+		:: else
+		fi;
+		led = false;
+		now++;
+		tickClock(0); tickClock(1);
+#if NR == 3
+		tickClock(2);
+#endif
+		CHECK_P1 }
+#ifdef WIPE
+	:: d_step { BUDGET && !wiped ->
+		fault(); holder = 0; ltoken = 0; expires = 0; wiped = true;
+		printf("t%d db: the lease row is lost\n", now) }
+#endif
+	od
+}
+
+init {
+	atomic {
+		byte i;
+		for (i : 0 .. NR - 1) {
+			run Replica(i)
+		}
+		run Clock()
+	}
+}

@@ -1,0 +1,269 @@
+// Package model holds the SPIN model of pgleader (lease.pml, spec.pml) and
+// its runner (check.sh). Its only Go code is this test, which keeps the
+// model's timing and timeline rule equal to the Go loop's. See
+// docs/model-checking.md.
+package model
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/pgleader/pgleader/pgleader"
+	"github.com/pgleader/pgleader/pgleader/pgleadertest"
+)
+
+// defines reads the "#define NAME value" lines of a Promela file and
+// evaluates each value: an integer, an earlier name, or a parenthesised
+// sum or difference of those.
+func defines(t *testing.T, path string) map[string]int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	comment := regexp.MustCompile(`/\*.*?\*/`)
+	defs := make(map[string]int64)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(comment.ReplaceAllString(sc.Text(), ""))
+		if len(fields) < 3 || fields[0] != "#define" {
+			continue
+		}
+		v, err := eval(strings.Join(fields[2:], " "), defs)
+		if err != nil {
+			t.Fatalf("%s: #define %s: %v", path, fields[1], err)
+		}
+		defs[fields[1]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return defs
+}
+
+func eval(expr string, defs map[string]int64) (int64, error) {
+	expr = strings.TrimSpace(expr)
+	if strings.HasPrefix(expr, "(") && strings.HasSuffix(expr, ")") {
+		expr = expr[1 : len(expr)-1]
+	}
+	words := strings.Fields(expr)
+	if len(words)%2 == 0 {
+		return 0, errors.New("want operand (op operand)*: " + expr)
+	}
+	var sum int64
+	sign := int64(1)
+	for i, w := range words {
+		if i%2 == 1 {
+			switch w {
+			case "+":
+				sign = 1
+			case "-":
+				sign = -1
+			default:
+				return 0, errors.New("unknown operator " + w)
+			}
+			continue
+		}
+		v, err := strconv.ParseInt(w, 10, 64)
+		if err != nil {
+			var ok bool
+			if v, ok = defs[w]; !ok {
+				return 0, errors.New("undefined name " + w)
+			}
+		}
+		sum += sign * v
+	}
+	return sum, nil
+}
+
+func need(t *testing.T, defs map[string]int64, name string) int64 {
+	t.Helper()
+	v, ok := defs[name]
+	if !ok {
+		t.Fatalf("spec.pml does not define %s", name)
+	}
+	return v
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestDefaultsMatchSpec: the model's durations, in ticks, are the Go
+// defaults of Spec{Key: "k"} as New resolves them.
+func TestDefaultsMatchSpec(t *testing.T) {
+	defs := defines(t, "spec.pml")
+	tick := time.Duration(need(t, defs, "TICK_MS")) * time.Millisecond
+	el, err := pgleader.New(pgleadertest.NewBackend(), pgleader.Spec{Key: "k"},
+		pgleader.Options{Owner: "a", Lead: func(context.Context, *pgleader.Term) error { return nil }, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := el.Spec()
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"TTL", got.TTL},
+		{"RENEW_EVERY", got.RenewEvery},
+		{"CAMPAIGN_EVERY", got.CampaignEvery},
+		{"MARGIN", got.Margin},
+		{"YIELD_GRACE", got.YieldGrace},
+		{"RELEASE_TIMEOUT", got.ReleaseTimeout},
+	} {
+		ticks := need(t, defs, f.name)
+		if want := time.Duration(ticks) * tick; f.d != want {
+			t.Errorf("spec.pml %s = %d ticks of %v = %v; the Go default is %v", f.name, ticks, tick, want, f.d)
+		}
+	}
+}
+
+// TestTimelineMatchesGo: with the default Spec, and answers that arrive a
+// tick after the statement was sent, the Go loop's safe end, yield and
+// cancel instants are the model's SAFE_END, YIELD_AT and CANCEL_AT ticks
+// after the base TIMELINE_FROM_SEND names. Renewals fail, so the first
+// acquire's timeline is the last.
+func TestTimelineMatchesGo(t *testing.T) {
+	defs := defines(t, "spec.pml")
+	tick := time.Duration(need(t, defs, "TICK_MS")) * time.Millisecond
+	fromSend := need(t, defs, "TIMELINE_FROM_SEND")
+	if fromSend != 0 && fromSend != 1 {
+		t.Fatalf("spec.pml TIMELINE_FROM_SEND = %d, want 0 or 1", fromSend)
+	}
+	safeEnd := time.Duration(need(t, defs, "SAFE_END")) * tick
+	cancelAt := time.Duration(need(t, defs, "CANCEL_AT")) * tick
+	yieldAt := time.Duration(need(t, defs, "YIELD_AT")) * tick
+
+	synctest.Test(t, func(t *testing.T) {
+		latency := tick
+		b := pgleadertest.NewBackend()
+		b.SetLatency(latency)
+
+		var (
+			mu                                   sync.Mutex
+			started, deadline, ending, cancelled time.Time
+			sent                                 time.Time
+			terms                                int
+		)
+		lead := func(ctx context.Context, term *pgleader.Term) error {
+			mu.Lock()
+			terms++
+			if terms > 1 {
+				mu.Unlock()
+				return nil
+			}
+			started, sent, deadline = time.Now(), term.Started(), term.Deadline()
+			mu.Unlock()
+			b.SetFailure(errors.New("database down")) // no renewal succeeds
+			<-term.Ending()
+			mu.Lock()
+			ending = time.Now()
+			mu.Unlock()
+			<-ctx.Done()
+			mu.Lock()
+			cancelled = time.Now()
+			mu.Unlock()
+			return nil
+		}
+		el, err := pgleader.New(b, pgleader.Spec{Key: "k"}, pgleader.Options{Owner: "a", Lead: lead, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- el.Run(ctx) }()
+		time.Sleep(3 * el.Spec().TTL)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+
+		mu.Lock()
+		defer mu.Unlock()
+		if terms == 0 {
+			t.Fatal("no term started")
+		}
+		if !started.Equal(t0.Add(latency)) {
+			t.Fatalf("the body started at t0%+v, want t0+%v (the acquire's answer)", started.Sub(t0), latency)
+		}
+		if !sent.Equal(t0) {
+			t.Errorf("Term.Started() = t0%+v; the acquire was sent at t0", sent.Sub(t0))
+		}
+		base := t0 // the send instant
+		if fromSend == 0 {
+			base = started // the instant the answer arrived
+		}
+		for _, c := range []struct {
+			name string
+			got  time.Time
+			off  time.Duration
+		}{
+			{"safe end S (Term.Deadline)", deadline, safeEnd},
+			{"yield Y (Ending closed)", ending, yieldAt},
+			{"cancel C (body's context)", cancelled, cancelAt},
+		} {
+			if want := base.Add(c.off); !c.got.Equal(want) {
+				t.Errorf("%s at t0%+v; the model (spec.pml) says t0%+v", c.name, c.got.Sub(t0), want.Sub(t0))
+			}
+		}
+	})
+}
+
+// TestModelUsesTimeline: lease.pml applies the timeline only through the
+// names spec.pml defines, so the two tests above cover the model's rule.
+func TestModelUsesTimeline(t *testing.T) {
+	src, err := os.ReadFile("lease.pml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(src)
+	for _, want := range []string{
+		`#include "spec.pml"`,
+		"#define YAT(i)  (r[i].tb + YIELD_AT)",
+		"#define CAT(i)  (r[i].tb + CANCEL_AT)",
+		"#define SAT(i)  (r[i].tb + SAFE_END)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("lease.pml lacks %q", want)
+		}
+	}
+	// Every assignment of a term's base s goes through TIMELINE_FROM_SEND
+	// (or clears it when the term ends).
+	assign := regexp.MustCompile(`r\[i\]\.tb = ([^;\n]*)`)
+	matches := assign.FindAllStringSubmatch(text, -1)
+	if len(matches) == 0 {
+		t.Fatal("lease.pml never sets r[i].tb")
+	}
+	for _, m := range matches {
+		switch m[1] {
+		case "(TIMELINE_FROM_SEND -> r[i].sent : r[i].lc)", "0":
+		default:
+			t.Errorf("lease.pml sets the timeline base with %q, not through TIMELINE_FROM_SEND", m[0])
+		}
+	}
+	// lease.pml redefines spec.pml's names only for a mutant.
+	defs := defines(t, "spec.pml")
+	for name := range defs {
+		re := regexp.MustCompile(`(?m)^#define\s+` + name + `\b`)
+		if locs := re.FindAllStringIndex(text, -1); len(locs) > 0 {
+			for _, loc := range locs {
+				before := text[:loc[0]]
+				i := strings.LastIndex(before, "#ifdef ")
+				if i < 0 || !strings.HasPrefix(before[i:], "#ifdef MUTANT_") {
+					t.Errorf("lease.pml redefines %s outside a mutant", name)
+				}
+			}
+		}
+	}
+}
