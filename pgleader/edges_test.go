@@ -78,9 +78,9 @@ type pgCounting struct {
 	acquires atomic.Int64
 }
 
-func (c *pgCounting) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
+func (c *pgCounting) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
 	c.acquires.Add(1)
-	return c.Postgres.Acquire(ctx, key, owner, ttl)
+	return c.Postgres.AcquireValue(ctx, key, owner, ttl, floor, value)
 }
 
 // TestForgedReleaseFloodIsRateLimited: forged "release" notifications make
@@ -128,8 +128,8 @@ type lateAnswers struct {
 	delay atomic.Int64
 }
 
-func (l *lateAnswers) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	lease, ok, err := l.Backend.Acquire(ctx, key, owner, ttl)
+func (l *lateAnswers) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
+	lease, ok, err := l.Backend.AcquireValue(ctx, key, owner, ttl, floor, value)
 	time.Sleep(time.Duration(l.delay.Load()))
 	return lease, ok, err
 }

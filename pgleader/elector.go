@@ -37,6 +37,12 @@ type Options struct {
 	// token where a term is concerned. Default: the backend's logger if it
 	// has one (NewPostgres's WithLogger), else slog.Default().
 	Logger *slog.Logger
+	// Value, if set, is published with each term's lease (at most
+	// MaxValueLen bytes), e.g. this replica's address so followers can
+	// forward requests to the leader: [Observe], [Postgres.Lease], SQL's
+	// pgleader.lease(key) and the CLI's status read it. It needs a backend
+	// that is a [Steerer]; New refuses it otherwise.
+	Value string
 	// Observer, if set, receives the elector's observations for metrics:
 	// terms started and ended, renewals and their latency, refused claims.
 	Observer Observer
@@ -148,6 +154,12 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	}
 	if err := CheckOwner(opts.Owner); err != nil {
 		return nil, fmt.Errorf("Options.Owner: %w", err)
+	}
+	if err := CheckValue(opts.Value); err != nil {
+		return nil, fmt.Errorf("Options.Value: %w", err)
+	}
+	if _, ok := backend.(Steerer); opts.Value != "" && !ok {
+		return nil, invalidf("Options.Value is set and %T cannot keep a value with its leases (it is not a Steerer)", backend)
 	}
 	advancer, _ := backend.(Advancer)
 	watcher, _ := backend.(Watcher)
@@ -437,6 +449,9 @@ func (e *Elector) campaign(ctx context.Context) (Lease, time.Time, bool, error) 
 // acquire advances the counter to floor while the lease is free and
 // acquires: in one operation if the backend can, else in two.
 func (e *Elector) acquire(ctx context.Context, floor int64) (Lease, bool, error) {
+	if st, ok := e.backend.(Steerer); ok {
+		return st.AcquireValue(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL, floor, e.opts.Value)
+	}
 	if floor > 0 {
 		if fa, ok := e.backend.(FloorAcquirer); ok {
 			return fa.AcquireWithFloor(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL, floor)
@@ -475,6 +490,7 @@ type renewResult struct {
 	took   time.Duration
 	err    error
 	unsent bool // the safe end had passed before it could be sent
+	resign bool // the term was asked to resign
 }
 
 // lead runs one term from acquisition to release, and returns why it
@@ -571,6 +587,9 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) (EndRea
 				renewFailed = false
 				if t.Reason() != ReasonNone {
 					continue
+				}
+				if r.resign {
+					t.requestResign() // handled as StepDown: yield, then release
 				}
 				safeEnd, cancelAt, yieldAt = e.timeline(r.sent)
 				t.setTimeline(safeEnd, yieldAt)
@@ -697,8 +716,14 @@ func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out
 	}
 	rctx, cancel := context.WithDeadline(ctx, safeEnd)
 	defer cancel()
-	_, err := e.backend.Renew(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
-	out <- renewResult{sent: sent, took: time.Since(sent), err: err}
+	var resign bool
+	var err error
+	if st, ok := e.backend.(Steerer); ok {
+		_, resign, err = st.RenewTerm(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
+	} else {
+		_, err = e.backend.Renew(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
+	}
+	out <- renewResult{sent: sent, took: time.Since(sent), err: err, resign: resign}
 }
 
 // release frees the lease within ReleaseTimeout, even after ctx is

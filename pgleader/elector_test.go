@@ -469,17 +469,26 @@ func (p *pauseOwner) wait(ctx context.Context, owner string) error {
 }
 
 func (p *pauseOwner) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
+	expires, _, err := p.RenewTerm(ctx, key, owner, token, ttl)
+	return expires, err
+}
+
+func (p *pauseOwner) RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, bool, error) {
 	if err := p.wait(ctx, owner); err != nil {
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
-	return p.Backend.Renew(ctx, key, owner, token, ttl)
+	return p.Backend.RenewTerm(ctx, key, owner, token, ttl)
 }
 
 func (p *pauseOwner) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
+	return p.AcquireValue(ctx, key, owner, ttl, 0, "")
+}
+
+func (p *pauseOwner) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
 	if err := p.wait(ctx, owner); err != nil {
 		return pgleader.Lease{}, false, err
 	}
-	return p.Backend.Acquire(ctx, key, owner, ttl)
+	return p.Backend.AcquireValue(ctx, key, owner, ttl, floor, value)
 }
 
 func (p *pauseOwner) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
@@ -648,15 +657,19 @@ type countingBackend struct {
 	acquires int
 }
 
-func (c *countingBackend) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+func (c *countingBackend) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
 	c.mu.Lock()
 	c.acquires++
 	c.mu.Unlock()
-	return c.Backend.AcquireWithFloor(ctx, key, owner, ttl, floor)
+	return c.Backend.AcquireValue(ctx, key, owner, ttl, floor, value)
+}
+
+func (c *countingBackend) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	return c.AcquireValue(ctx, key, owner, ttl, floor, "")
 }
 
 func (c *countingBackend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	return c.AcquireWithFloor(ctx, key, owner, ttl, 0)
+	return c.AcquireValue(ctx, key, owner, ttl, 0, "")
 }
 
 // TestOutageBacksOffAndLogs: while the database is down a candidate retries

@@ -8,11 +8,12 @@ import (
 	"github.com/pgleader/pgleader/internal/check"
 )
 
-// MaxKeyLen and MaxOwnerLen are the longest key and owner, in bytes, that a
-// lease accepts.
+// MaxKeyLen and MaxOwnerLen are the longest key and owner, and MaxValueLen
+// the longest value, in bytes, that a lease accepts.
 const (
 	MaxKeyLen   = 200
 	MaxOwnerLen = 200
+	MaxValueLen = 1024
 )
 
 // Lease is one key's lease as a backend last saw it.
@@ -30,6 +31,10 @@ type Lease struct {
 	AcquiredAt, RenewedAt, ExpiresAt time.Time
 	// Now is the backend's clock when it read the lease.
 	Now time.Time
+	// Value is what the holding term published with its lease
+	// (Options.Value), "" when it published nothing or the lease is free.
+	// Only a [Steerer] backend keeps values.
+	Value string
 }
 
 // Held reports whether a term held the lease when it was read.
@@ -71,6 +76,25 @@ type Backend interface {
 	Lease(ctx context.Context, key string) (Lease, error)
 }
 
+// Steerer is implemented by backends that keep a value with each lease and
+// let a term be asked from outside to end (both [Postgres] and
+// pgleadertest's backend do). An Elector uses it when its backend has it.
+type Steerer interface {
+	// AcquireValue is Acquire with a floor (see [FloorAcquirer]) that
+	// publishes value with the lease if it wins. A losing acquire returns
+	// the holder's value in the lease.
+	AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (lease Lease, acquired bool, err error)
+	// RenewTerm is Renew, and also reports whether the term was asked to
+	// resign since (see Resign).
+	RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (expires time.Time, resign bool, err error)
+	// Resign asks the term holding key's lease — only the term with token,
+	// if token is not 0 — to end: its holder learns at its next renewal and
+	// ends the term as resigned, gracefully. It reports whether a term was
+	// asked, and the lease as it was: held by another token, or free (then
+	// nobody was asked).
+	Resign(ctx context.Context, key string, token int64) (lease Lease, asked bool, err error)
+}
+
 // Advancer is implemented by backends that can move a key's token counter up
 // after their lease data was lost.
 type Advancer interface {
@@ -90,6 +114,15 @@ func CheckKey(key string) error {
 // CheckOwner is [CheckKey] for owners, with the limit [MaxOwnerLen].
 func CheckOwner(owner string) error {
 	return checkName("owner", owner, MaxOwnerLen)
+}
+
+// CheckValue returns an error matching [ErrInvalid] unless value is valid
+// UTF-8 without NUL, at most [MaxValueLen] bytes; "" is valid.
+func CheckValue(value string) error {
+	if value == "" {
+		return nil
+	}
+	return checkName("value", value, MaxValueLen)
 }
 
 // CheckTTL returns an error matching [ErrInvalid] unless ttl is at least one

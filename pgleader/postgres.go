@@ -101,6 +101,7 @@ var (
 	_ Advancer      = (*Postgres)(nil)
 	_ FloorAcquirer = (*Postgres)(nil)
 	_ Watcher       = (*Postgres)(nil)
+	_ Steerer       = (*Postgres)(nil)
 )
 
 // Acquire implements [Backend].
@@ -110,20 +111,30 @@ func (p *Postgres) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 
 // AcquireWithFloor implements [FloorAcquirer].
 func (p *Postgres) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (Lease, bool, error) {
+	return p.AcquireValue(ctx, key, owner, ttl, floor, "")
+}
+
+// AcquireValue implements [Steerer].
+func (p *Postgres) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (Lease, bool, error) {
 	if err := checkAcquire(key, owner, ttl); err != nil {
 		return Lease{}, false, err
 	}
 	if err := CheckFloor(floor); err != nil {
 		return Lease{}, false, err
 	}
+	if err := CheckValue(value); err != nil {
+		return Lease{}, false, err
+	}
 	l := Lease{Key: key}
 	var acquired bool
+	var v pgtype.Text
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT acquired, holder, token, expires_at, db_now FROM pgleader.acquire($1, $2, $3, $4)`, exec,
-			key, owner, interval(ttl), floor,
-		).Scan(&acquired, &l.Holder, &l.Token, &l.ExpiresAt, &l.Now)
+			`SELECT acquired, holder, token, expires_at, db_now, value FROM pgleader.acquire($1, $2, $3, $4, $5)`, exec,
+			key, owner, interval(ttl), floor, pgtype.Text{String: value, Valid: value != ""},
+		).Scan(&acquired, &l.Holder, &l.Token, &l.ExpiresAt, &l.Now, &v)
 	})
+	l.Value = v.String
 	if err != nil {
 		return Lease{}, false, sqlError("acquire", err)
 	}
@@ -135,24 +146,55 @@ func (p *Postgres) AcquireWithFloor(ctx context.Context, key, owner string, ttl 
 
 // Renew implements [Backend].
 func (p *Postgres) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
+	expires, _, err := p.RenewTerm(ctx, key, owner, token, ttl)
+	return expires, err
+}
+
+// RenewTerm implements [Steerer].
+func (p *Postgres) RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, bool, error) {
 	if err := checkTerm(key, owner, token); err != nil {
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
 	if err := CheckTTL(ttl); err != nil {
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
 	var expires pgtype.Timestamptz
+	var resign bool
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
-		return db.QueryRow(ctx, `SELECT pgleader.renew($1, $2, $3, $4)`, exec,
-			key, owner, token, interval(ttl)).Scan(&expires)
+		return db.QueryRow(ctx, `SELECT expires_at, resign FROM pgleader.renew_term($1, $2, $3, $4)`, exec,
+			key, owner, token, interval(ttl)).Scan(&expires, &resign)
 	})
 	if err != nil {
-		return time.Time{}, sqlError("renew", err)
+		return time.Time{}, false, sqlError("renew", err)
 	}
 	if !expires.Valid {
-		return time.Time{}, ErrLost
+		return time.Time{}, false, ErrLost
 	}
-	return expires.Time, nil
+	return expires.Time, resign, nil
+}
+
+// Resign implements [Steerer]. It is pgleader.resign in SQL.
+func (p *Postgres) Resign(ctx context.Context, key string, token int64) (Lease, bool, error) {
+	if err := CheckKey(key); err != nil {
+		return Lease{}, false, err
+	}
+	if token != 0 {
+		if err := CheckToken(token); err != nil {
+			return Lease{}, false, err
+		}
+	}
+	l := Lease{Key: key}
+	var asked bool
+	var holder pgtype.Text
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx, `SELECT resigned, holder, token FROM pgleader.resign($1, $2)`, exec,
+			key, pgtype.Int8{Int64: token, Valid: token != 0}).Scan(&asked, &holder, &l.Token)
+	})
+	if err != nil {
+		return Lease{}, false, sqlError("resign", err)
+	}
+	l.Holder = holder.String
+	return l, asked, nil
 }
 
 // Lease implements [Backend].
@@ -161,13 +203,14 @@ func (p *Postgres) Lease(ctx context.Context, key string) (Lease, error) {
 		return Lease{}, err
 	}
 	l := Lease{Key: key}
-	var holder pgtype.Text
+	var holder, value pgtype.Text
 	var acquired, renewed, expires pgtype.Timestamptz
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT holder, token, acquired_at, renewed_at, expires_at, db_now FROM pgleader.lease($1)`, exec, key,
-		).Scan(&holder, &l.Token, &acquired, &renewed, &expires, &l.Now)
+			`SELECT holder, token, acquired_at, renewed_at, expires_at, db_now, value FROM pgleader.lease($1)`, exec, key,
+		).Scan(&holder, &l.Token, &acquired, &renewed, &expires, &l.Now, &value)
 	})
+	l.Value = value.String
 	if err != nil {
 		return Lease{}, sqlError("lease", err)
 	}

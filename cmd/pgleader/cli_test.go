@@ -5,6 +5,7 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/migrations"
 	"github.com/pgleader/pgleader/pgleader"
 )
 
@@ -111,12 +113,12 @@ func testMigrate(t *testing.T, bin string) {
 		args []string
 		want string
 	}{
-		{[]string{"migrate", "version"}, "schema version 0 (this pgleader ships 4)\n"},
-		{[]string{"migrate", "up"}, "schema version 4 (this pgleader ships 4)\n"},
-		{[]string{"migrate", "up"}, "schema version 4 (this pgleader ships 4)\n"},
-		{[]string{"migrate", "version"}, "schema version 4 (this pgleader ships 4)\n"},
+		{[]string{"migrate", "version"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", 0, migrations.Latest)},
+		{[]string{"migrate", "up"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)},
+		{[]string{"migrate", "up"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)},
+		{[]string{"migrate", "version"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)},
 		{[]string{"status"}, "KEY  HOLDER  TOKEN  EXPIRES IN\n"},
-		{[]string{"migrate", "--yes", "down"}, "schema version 0 (this pgleader ships 4)\n"},
+		{[]string{"migrate", "--yes", "down"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", 0, migrations.Latest)},
 	} {
 		code, stdout, stderr := runCLI(t, bin, env, step.args...)
 		if code != 0 || stdout != step.want {
@@ -140,7 +142,7 @@ func testMigrateConcurrently(t *testing.T, bin string) {
 			procs = append(procs, start(t, bin, t.TempDir(), env, "migrate", "up"))
 		}
 		for i, p := range procs {
-			if code := p.wait(t); code != 0 || p.output(t) != "schema version 4 (this pgleader ships 4)\n" {
+			if code := p.wait(t); code != 0 || p.output(t) != fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest) {
 				t.Fatalf("round %d, process %d: status %d, stdout %q, stderr:\n%s", round, i, code, p.output(t), p.errors(t))
 			}
 		}

@@ -62,6 +62,8 @@ type row struct {
 	acquired time.Time
 	renewed  time.Time
 	expires  time.Time
+	value    string
+	resign   bool // the term was asked to resign
 }
 
 func (r *row) held(now time.Time) bool { return r.holder != "" && now.Before(r.expires) }
@@ -76,6 +78,7 @@ var (
 	_ pgleader.Advancer      = (*Backend)(nil)
 	_ pgleader.FloorAcquirer = (*Backend)(nil)
 	_ pgleader.Watcher       = (*Backend)(nil)
+	_ pgleader.Steerer       = (*Backend)(nil)
 )
 
 // SetListening switches event delivery, as a LISTEN connection that drops
@@ -280,7 +283,12 @@ func (b *Backend) Acquire(ctx context.Context, key, owner string, ttl time.Durat
 
 // AcquireWithFloor implements pgleader.FloorAcquirer.
 func (b *Backend) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
-	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckTTL(ttl), pgleader.CheckFloor(floor)); err != nil {
+	return b.AcquireValue(ctx, key, owner, ttl, floor, "")
+}
+
+// AcquireValue implements pgleader.Steerer.
+func (b *Backend) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
+	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckTTL(ttl), pgleader.CheckFloor(floor), pgleader.CheckValue(value)); err != nil {
 		return pgleader.Lease{}, false, err
 	}
 	now, err := b.enter(ctx)
@@ -293,29 +301,59 @@ func (b *Backend) AcquireWithFloor(ctx context.Context, key, owner string, ttl t
 		b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token})
 		return r.lease(key, now), false, nil
 	}
-	*r = row{holder: owner, token: max(r.token, floor) + 1, acquired: now, renewed: now, expires: now.Add(ttl)}
+	*r = row{holder: owner, token: max(r.token, floor) + 1, acquired: now, renewed: now, expires: now.Add(ttl), value: value}
 	b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token, OK: true, Expires: r.expires})
 	return r.lease(key, now), true, nil
 }
 
 // Renew implements pgleader.Backend.
 func (b *Backend) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
+	expires, _, err := b.RenewTerm(ctx, key, owner, token, ttl)
+	return expires, err
+}
+
+// RenewTerm implements pgleader.Steerer.
+func (b *Backend) RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, bool, error) {
 	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckToken(token), pgleader.CheckTTL(ttl)); err != nil {
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
 	now, err := b.enter(ctx)
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
 	defer b.mu.Unlock()
 	r := b.leases[key]
 	if r == nil || !r.held(now) || r.holder != owner || r.token != token {
 		b.record(Event{At: now, Op: OpRenew, Key: key, Owner: owner, Token: token})
-		return time.Time{}, pgleader.ErrLost
+		return time.Time{}, false, pgleader.ErrLost
 	}
 	r.renewed, r.expires = now, now.Add(ttl)
 	b.record(Event{At: now, Op: OpRenew, Key: key, Owner: owner, Token: token, OK: true, Expires: r.expires})
-	return r.expires, nil
+	return r.expires, r.resign, nil
+}
+
+// Resign implements pgleader.Steerer.
+func (b *Backend) Resign(ctx context.Context, key string, token int64) (pgleader.Lease, bool, error) {
+	if err := pgleader.CheckKey(key); err != nil {
+		return pgleader.Lease{}, false, err
+	}
+	if token != 0 {
+		if err := pgleader.CheckToken(token); err != nil {
+			return pgleader.Lease{}, false, err
+		}
+	}
+	now, err := b.enter(ctx)
+	if err != nil {
+		return pgleader.Lease{}, false, err
+	}
+	defer b.mu.Unlock()
+	r := b.row(key)
+	l := r.lease(key, now)
+	if !r.held(now) || (token != 0 && r.token != token) {
+		return l, false, nil
+	}
+	r.resign = true
+	return l, true, nil
 }
 
 // Release implements pgleader.Backend.
@@ -380,7 +418,7 @@ func (r *row) lease(key string, now time.Time) pgleader.Lease {
 		return pgleader.Lease{Key: key, Token: r.token, Now: now}
 	}
 	return pgleader.Lease{Key: key, Holder: r.holder, Token: r.token,
-		AcquiredAt: r.acquired, RenewedAt: r.renewed, ExpiresAt: r.expires, Now: now}
+		AcquiredAt: r.acquired, RenewedAt: r.renewed, ExpiresAt: r.expires, Now: now, Value: r.value}
 }
 
 func firstErr(errs ...error) error {
