@@ -42,6 +42,7 @@ func TestCLI(t *testing.T) {
 		{"RunExitCode", testRunExitCode},
 		{"RunCampaignsAgain", testRunCampaignsAgain},
 		{"RunSecondSignal", testRunSecondSignal},
+		{"Resign", testResign},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -117,7 +118,7 @@ func testMigrate(t *testing.T, bin string) {
 		{[]string{"migrate", "up"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)},
 		{[]string{"migrate", "up"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)},
 		{[]string{"migrate", "version"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)},
-		{[]string{"status"}, "KEY  HOLDER  TOKEN  EXPIRES IN\n"},
+		{[]string{"status"}, "KEY  HOLDER  TOKEN  EXPIRES IN  VALUE\n"},
 		{[]string{"migrate", "--yes", "down"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", 0, migrations.Latest)},
 	} {
 		code, stdout, stderr := runCLI(t, bin, env, step.args...)
@@ -178,18 +179,18 @@ func testStatusAndAdvance(t *testing.T, bin string) {
 	}
 
 	code, stdout, stderr = runCLI(t, bin, nil, "status", "--database", db.URL)
-	table := regexp.MustCompile(`^KEY +HOLDER +TOKEN +EXPIRES IN\n` +
-		`alpha +replica-a +42 +(59\.\d+|60)s\n` +
-		`beta +- +1 +-\n$`)
+	table := regexp.MustCompile(`^KEY +HOLDER +TOKEN +EXPIRES IN +VALUE\n` +
+		`alpha +replica-a +42 +(59\.\d+|60)s +-\n` +
+		`beta +- +1 +- +-\n$`)
 	if code != 0 || !table.MatchString(stdout) {
 		t.Fatalf("status: status %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	code, stdout, _ = runCLI(t, bin, nil, "status", "beta", "--database", db.URL)
-	if want := "KEY   HOLDER  TOKEN  EXPIRES IN\nbeta  -       1      -\n"; code != 0 || stdout != want {
+	if want := "KEY   HOLDER  TOKEN  EXPIRES IN  VALUE\nbeta  -       1      -           -\n"; code != 0 || stdout != want {
 		t.Fatalf("status beta: status %d, stdout %q, want %q", code, stdout, want)
 	}
 	code, stdout, _ = runCLI(t, bin, nil, "status", "--database", db.URL, "never-seen")
-	if want := "never-seen  -       0      -\n"; code != 0 || !strings.HasSuffix(stdout, want) {
+	if want := "never-seen  -       0      -           -\n"; code != 0 || !strings.HasSuffix(stdout, want) {
 		t.Fatalf("status never-seen: status %d, stdout %q, want a row %q", code, stdout, want)
 	}
 

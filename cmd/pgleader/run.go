@@ -52,6 +52,7 @@ func cmdRun(args []string, stderr *os.File) error {
 	var spec pgleader.Spec
 	fs.StringVar(&spec.Key, "key", "", "the lease `key` naming the work (required)")
 	owner := fs.String("owner", "", "this replica's `name`, unique among replicas (default hostname:pid:random)")
+	value := fs.String("value", "", "a `value` published with the lease while this replica leads, e.g. its address (at most 1024 bytes; shown by status)")
 	fs.DurationVar(&spec.TTL, "ttl", 0, "lease TTL on the database clock (default 6s)")
 	fs.DurationVar(&spec.RenewEvery, "renew-every", 0, "interval between renewals (default ttl/3)")
 	fs.DurationVar(&spec.CampaignEvery, "campaign-every", 0, "interval between campaigns while another replica leads (default ttl/12)")
@@ -102,7 +103,7 @@ func cmdRun(args []string, stderr *os.File) error {
 	sup := &supervisor{path: path, argv: argv, log: logger, exitWithChild: *exitWithChild,
 		stopRun: cancel, force: make(chan struct{})}
 	el, err := pgleader.New(backend, spec, pgleader.Options{
-		Owner: *owner, Lead: sup.lead, Logger: logger, Observer: sup})
+		Owner: *owner, Value: *value, Lead: sup.lead, Logger: logger, Observer: sup})
 	if err != nil {
 		return usagef("run", "%v", err)
 	}

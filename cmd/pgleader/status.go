@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -31,6 +32,7 @@ type leaseRow struct {
 	holder    string // "" when free
 	token     int64
 	remaining time.Duration
+	value     string // the holding term's value
 }
 
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
@@ -66,7 +68,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return notMigratedHint(err)
 		}
-		rows = []leaseRow{{key: l.Key, holder: l.Holder, token: l.Token, remaining: l.Remaining()}}
+		rows = []leaseRow{{key: l.Key, holder: l.Holder, token: l.Token, remaining: l.Remaining(), value: l.Value}}
 	} else if rows, err = allLeases(ctx, pool); err != nil {
 		return notMigratedHint(err)
 	}
@@ -80,7 +82,8 @@ func allLeases(ctx context.Context, pool *pgxpool.Pool) ([]leaseRow, error) {
 		SELECT l.key,
 		       CASE WHEN l.expires_at > n.t THEN l.holder END,
 		       l.token,
-		       CASE WHEN l.expires_at > n.t THEN extract(epoch FROM l.expires_at - n.t) END
+		       CASE WHEN l.expires_at > n.t THEN extract(epoch FROM l.expires_at - n.t) END,
+		       CASE WHEN l.expires_at > n.t THEN coalesce(l.value, '') ELSE '' END
 		  FROM pgleader.lease AS l
 		 CROSS JOIN (SELECT clock_timestamp() AS t) AS n
 		 ORDER BY l.key`)
@@ -91,8 +94,8 @@ func allLeases(ctx context.Context, pool *pgxpool.Pool) ([]leaseRow, error) {
 	var r leaseRow
 	var holder *string
 	var seconds *float64
-	_, err = pgx.ForEachRow(rows, []any{&r.key, &holder, &r.token, &seconds}, func() error {
-		row := leaseRow{key: r.key, token: r.token}
+	_, err = pgx.ForEachRow(rows, []any{&r.key, &holder, &r.token, &seconds, &r.value}, func() error {
+		row := leaseRow{key: r.key, token: r.token, value: r.value}
 		if holder != nil && seconds != nil {
 			row.holder = *holder
 			row.remaining = time.Duration(*seconds * float64(time.Second))
@@ -116,13 +119,16 @@ func statusError(err error) error {
 
 func printLeases(w io.Writer, rows []leaseRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tHOLDER\tTOKEN\tEXPIRES IN")
+	fmt.Fprintln(tw, "KEY\tHOLDER\tTOKEN\tEXPIRES IN\tVALUE")
 	for _, r := range rows {
-		holder, expires := "-", "-"
+		holder, expires, value := "-", "-", "-"
 		if r.holder != "" {
 			holder, expires = r.holder, r.remaining.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.key, holder, r.token, expires)
+		if r.value != "" {
+			value = strconv.Quote(r.value)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.key, holder, r.token, expires, value)
 	}
 	return tw.Flush()
 }
