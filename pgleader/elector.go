@@ -520,6 +520,12 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) (EndRea
 		return t.Reason(), nil
 	}
 
+	if a, ok := e.backend.(Announcer); ok {
+		announced := make(chan struct{})
+		go func() { defer close(announced); e.announce(ctx, a, token) }()
+		defer func() { <-announced }()
+	}
+
 	bodyCtx, cancelBody := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBody()
 	bodyDone := make(chan error, 1)

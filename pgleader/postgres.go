@@ -102,6 +102,7 @@ var (
 	_ FloorAcquirer = (*Postgres)(nil)
 	_ Watcher       = (*Postgres)(nil)
 	_ Steerer       = (*Postgres)(nil)
+	_ Announcer     = (*Postgres)(nil)
 )
 
 // Acquire implements [Backend].
@@ -171,6 +172,18 @@ func (p *Postgres) RenewTerm(ctx context.Context, key, owner string, token int64
 		return time.Time{}, false, ErrLost
 	}
 	return expires.Time, resign, nil
+}
+
+// Announce implements [Announcer]: a notification "acquire" for key, in a
+// transaction of its own.
+func (p *Postgres) Announce(ctx context.Context, key string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	return p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		var ignored string
+		return db.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, exec, channel, hintPayload("acquire", key)).Scan(&ignored)
+	})
 }
 
 // Resign implements [Steerer]. It is pgleader.resign in SQL.

@@ -134,7 +134,7 @@ func TestResignTimeline(t *testing.T) {
 			t.Fatalf("terms = %+v, want the first resigned", terms)
 		}
 		t0 := terms[0].started
-		at(t, "ending", terms[0].ending, t0, 4*time.Second)      // the renewal at 4s reported it
+		at(t, "ending", terms[0].ending, t0, 4*time.Second)       // the renewal at 4s reported it
 		at(t, "cancelled", terms[0].cancelled, t0, 5*time.Second) // YieldGrace later
 		r.stop(t)
 	})

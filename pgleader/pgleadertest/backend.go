@@ -127,8 +127,8 @@ func (b *Backend) Listening() bool {
 // Forge delivers ev to the watchers of ev.Key as if anyone had sent it:
 // a forged notification on PostgreSQL's channel looks the same, so a test
 // can check that an event alone never makes a candidate wait longer or
-// lead. Like the PostgreSQL backend, the backend's own operations notify
-// only releases.
+// lead. The backend's own operations notify releases and acquires, as the
+// PostgreSQL backend's release and an Elector's announcement of its term do.
 func (b *Backend) Forge(ev pgleader.Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -303,6 +303,7 @@ func (b *Backend) AcquireValue(ctx context.Context, key, owner string, ttl time.
 	}
 	*r = row{holder: owner, token: max(r.token, floor) + 1, acquired: now, renewed: now, expires: now.Add(ttl), value: value}
 	b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token, OK: true, Expires: r.expires})
+	b.notify(pgleader.Event{Kind: pgleader.EventAcquired, Key: key}) // what an Elector's announcement does on PostgreSQL
 	return r.lease(key, now), true, nil
 }
 
