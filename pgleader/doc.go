@@ -132,6 +132,33 @@
 // Run never exits on a database error: it logs, backs off (doubling
 // CampaignEvery up to TTL/2, with jitter) and campaigns again.
 //
+// # Steering and observing
+//
+// [Observe] follows a key's leader without campaigning: the holder, its
+// token and the value it published ([Options.Value], e.g. its address for
+// followers that forward requests), pushed by notification and verified by
+// a read. [Elector.StepDown] ends the live term gracefully without stopping
+// Run; pgleader.resign in SQL, [Postgres.Resign] and the CLI's resign ask a
+// term from outside to do the same at its next renewal; both end it as
+// [ReasonResigned]. [Elector.Status] tells campaigning, waiting (and until
+// when), backing off and leading apart, and whether the backend listens,
+// so a caller can wait until a replica is ready. [Do] (and
+// [Elector.RunOnce]) runs a one-shot job under the lease, returning
+// [ErrHeld] at once when another replica holds it.
+//
+// # Connections
+//
+// A [Postgres] backend over a pool uses, while any of its Electors runs,
+// one connection of its own for lease operations (application_name
+// "pgleader lease"), so a body that holds every connection of the pool
+// cannot starve its renewals; and, while any of its Electors waits, one
+// LISTEN connection ("pgleader listen"). Lease statements run in pgx's
+// exec mode (unprepared, one round trip), so they work through pgbouncer in
+// transaction mode with pgx's default settings; a body's own statements
+// through such a pooler need default_query_exec_mode=exec (or
+// QueryExecModeExec) on its pool. Logs of the backend and, by default, of
+// its Electors go to [WithLogger]'s logger.
+//
 // # Testing bodies
 //
 // Package pgleadertest has an in-memory [Backend] with switches for an
