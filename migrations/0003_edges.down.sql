@@ -184,8 +184,13 @@ BEGIN
     IF octet_length(trg) > 63 THEN
         trg := 'pgleader_fence_' || md5(p_column);
     END IF;
+    -- DROP and CREATE rather than CREATE OR REPLACE TRIGGER, which is new
+    -- in PostgreSQL 14; this function runs in the caller's transaction.
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger AS tg WHERE tg.tgrelid = p_table AND tg.tgname = trg) THEN
+        EXECUTE format('DROP TRIGGER %I ON %s', trg, p_table);
+    END IF;
     EXECUTE format(
-        'CREATE OR REPLACE TRIGGER %I AFTER UPDATE ON %s FOR EACH ROW'
+        'CREATE TRIGGER %I AFTER UPDATE ON %s FOR EACH ROW'
         ' WHEN (OLD.%I IS NOT NULL AND (NEW.%I >= OLD.%I) IS NOT TRUE)'
         ' EXECUTE FUNCTION pgleader.fence_trigger(%L)',
         trg, p_table, p_column, p_column, p_column, p_column);

@@ -308,6 +308,11 @@ func TestSchemaOwnedByAnotherRole(t *testing.T) {
 func TestFailedMigrationsReturnConnections(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewEmpty(t)
+	// PostgreSQL 14 and older let every role create in the schema public,
+	// where golang-migrate would then create its history table.
+	if _, err := db.Pool.Exec(context.Background(), `REVOKE CREATE ON SCHEMA public FROM PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
 	role := createRole(t, db)
 	cfg, err := pgxpool.ParseConfig(urlAs(t, db, role))
 	if err != nil {
