@@ -275,7 +275,7 @@ func TestSetBodyPanicTouchesNoOtherKey(t *testing.T) {
 // call then fails, as for a process that is gone (it renews nothing and
 // releases nothing).
 type crashable struct {
-	*pgleadertest.Backend
+	pgleader.SetBackend
 	dead atomic.Bool
 }
 
@@ -285,21 +285,21 @@ func (c *crashable) AcquireSet(ctx context.Context, set, owner string, keys []st
 	if c.dead.Load() {
 		return nil, 0, errDead
 	}
-	return c.Backend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra)
+	return c.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra)
 }
 
 func (c *crashable) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) ([]time.Time, []pgleader.SetMember, error) {
 	if c.dead.Load() {
 		return nil, nil, errDead
 	}
-	return c.Backend.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
+	return c.SetBackend.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
 }
 
 func (c *crashable) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, leave bool) ([]bool, error) {
 	if c.dead.Load() {
 		return nil, errDead
 	}
-	return c.Backend.ReleaseSet(ctx, set, owner, keys, tokens, leave)
+	return c.SetBackend.ReleaseSet(ctx, set, owner, keys, tokens, leave)
 }
 
 // TestSetSpread: replicas share the keys evenly as they join, leave and
@@ -309,7 +309,7 @@ func TestSetSpread(t *testing.T) {
 		b := pgleadertest.NewBackend()
 		keys := keyNames("k", 30)
 		spec := setSpec("s")
-		views := []*crashable{{Backend: b}, {Backend: b}, {Backend: b}}
+		views := []*crashable{{SetBackend: b}, {SetBackend: b}, {SetBackend: b}}
 		start := func(i int) *runningSet {
 			return startSet(t, views[i], spec, keys, pgleader.SetOptions{Owner: fmt.Sprintf("r%d", i), Lead: quickBody})
 		}
