@@ -144,10 +144,11 @@ $$;
 
 -- renew_many extends, to clock_timestamp() + p_ttl, the lease of each term
 -- (p_keys[i], p_owner, p_tokens[i]) that still holds it unexpired, with
--- renew's rule during the grace. It returns one row per key: the new
--- expiry, or NULL for a key whose term no longer holds the lease. Like
--- renew it takes FOR NO KEY UPDATE, so it passes the holder's own open
--- lease-guarded transactions.
+-- renew's rule during the grace, and returns a row for each key it renewed,
+-- with the new expiry: a key it does not return is lost. Like renew it
+-- takes FOR NO KEY UPDATE, so it passes the holder's own open
+-- lease-guarded transactions. (Rows only for what changed: joining the
+-- input back costs a nested loop the planner cannot size for an array.)
 CREATE FUNCTION pgleader.renew_many(p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval)
 RETURNS TABLE (key text, expires_at timestamptz)
 LANGUAGE plpgsql
@@ -162,26 +163,21 @@ BEGIN
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
 
     RETURN QUERY
-    WITH renewed AS (
-        UPDATE pgleader.lease AS l
-           SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl
-          FROM unnest(p_keys, p_tokens) AS u(k, tok)
-         WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
-           AND l.expires_at > clock_timestamp()
-           AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)
-        RETURNING l.key, l.expires_at
-    )
-    SELECT u.k, r.expires_at FROM unnest(p_keys) WITH ORDINALITY AS u(k, i)
-      LEFT JOIN renewed AS r ON r.key = u.k
-     ORDER BY u.i;
+    UPDATE pgleader.lease AS l
+       SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl
+      FROM unnest(p_keys, p_tokens) AS u(k, tok)
+     WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
+       AND l.expires_at > clock_timestamp()
+       AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)
+    RETURNING l.key, l.expires_at;
 END
 $$;
 
 -- release_many frees the lease of each term (p_keys[i], p_owner,
--- p_tokens[i]) that still holds it, and returns one row per key saying
--- whether it did.
+-- p_tokens[i]) that still holds it, and returns a row for each key it
+-- released.
 CREATE FUNCTION pgleader.release_many(p_owner text, p_keys text[], p_tokens bigint[])
-RETURNS TABLE (key text, released boolean)
+RETURNS TABLE (key text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 #variable_conflict use_column
@@ -190,16 +186,11 @@ BEGIN
     PERFORM pgleader._check_keys(p_keys, p_tokens, true);
 
     RETURN QUERY
-    WITH freed AS (
-        UPDATE pgleader.lease AS l
-           SET holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL
-          FROM unnest(p_keys, p_tokens) AS u(k, tok)
-         WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
-        RETURNING l.key
-    )
-    SELECT u.k, f.key IS NOT NULL FROM unnest(p_keys) WITH ORDINALITY AS u(k, i)
-      LEFT JOIN freed AS f ON f.key = u.k
-     ORDER BY u.i;
+    UPDATE pgleader.lease AS l
+       SET holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL
+      FROM unnest(p_keys, p_tokens) AS u(k, tok)
+     WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
+    RETURNING l.key;
 END
 $$;
 
@@ -249,15 +240,17 @@ $$;
 -- A member row expires no later than the leases renewed with it, so the
 -- keys of a replica that died are free no sooner than its membership is
 -- gone, and the others count the right share when they take them. It
--- returns the expiry per key (NULL: lost), the live members with their held
--- counts, and the database clock, in one row.
+-- returns the keys renewed and their expiries (a key not among them is
+-- lost), the live members with their held counts, and the database clock,
+-- in one row.
 CREATE FUNCTION pgleader.set_renew(p_set text, p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval,
                                    p_held integer)
-RETURNS TABLE (expires_at timestamptz[], members text[], member_held integer[], db_now timestamptz)
+RETURNS TABLE (renewed text[], expires_at timestamptz[], members text[], member_held integer[], db_now timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
+    k text[];
     e timestamptz[];
     t timestamptz;
 BEGIN
@@ -266,11 +259,12 @@ BEGIN
         RAISE EXCEPTION 'pgleader: held must be zero or positive, got %', coalesce(p_held::text, 'NULL') USING ERRCODE = '22023';
     END IF;
     IF cardinality(p_keys) > 0 THEN
-        SELECT array_agg(r.expires_at ORDER BY i) INTO e
-          FROM pgleader.renew_many(p_owner, p_keys, p_tokens, p_ttl) WITH ORDINALITY AS r(key, expires_at, i);
+        SELECT coalesce(array_agg(r.key), '{}'), coalesce(array_agg(r.expires_at), '{}') INTO k, e
+          FROM pgleader.renew_many(p_owner, p_keys, p_tokens, p_ttl) AS r;
     ELSE
         PERFORM pgleader._check_keys(p_keys, p_tokens, true);
         PERFORM pgleader._check_ttl(p_ttl, (pgleader._grace()).max_ttl);
+        k := '{}';
         e := '{}';
     END IF;
     t := clock_timestamp();
@@ -281,17 +275,18 @@ BEGIN
            joined_at = CASE WHEN s.expires_at <= t THEN t ELSE s.joined_at END
      WHERE s.held <> excluded.held OR s.expires_at < t + p_ttl / 2;
     RETURN QUERY
-    SELECT e, coalesce(array_agg(s.owner ORDER BY s.owner), '{}'), coalesce(array_agg(s.held ORDER BY s.owner), '{}'), t
+    SELECT k, e, coalesce(array_agg(s.owner ORDER BY s.owner), '{}'), coalesce(array_agg(s.held ORDER BY s.owner), '{}'), t
       FROM pgleader.set_member AS s
      WHERE s.set_name = p_set AND s.expires_at > t;
 END
 $$;
 
--- set_release is release_many, and, when p_leave, removes p_owner from the
--- set's members in the same statement, so the others count their new share
--- at their next campaign. Expired member rows of the set are deleted too.
+-- set_release is release_many, returning the keys released, and, when
+-- p_leave, removes p_owner from the set's members in the same statement, so
+-- the others count their new share at their next campaign. Member rows of
+-- the set expired over an hour ago are deleted too.
 CREATE FUNCTION pgleader.set_release(p_set text, p_owner text, p_keys text[], p_tokens bigint[], p_leave boolean)
-RETURNS TABLE (key text, released boolean)
+RETURNS TABLE (key text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 #variable_conflict use_column

@@ -50,25 +50,28 @@ func (p *Postgres) RenewSet(ctx context.Context, set, owner string, keys []strin
 		keys, tokens = []string{}, []int64{}
 	}
 	var (
-		exp    []pgtype.Timestamptz
-		owners []string
-		counts []int32
-		now    time.Time
+		renewed []string
+		exp     []time.Time
+		owners  []string
+		counts  []int32
+		now     time.Time
 	)
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT expires_at, members, member_held, db_now FROM pgleader.set_renew($1, $2, $3, $4, $5, $6)`, exec,
+			`SELECT renewed, expires_at, members, member_held, db_now FROM pgleader.set_renew($1, $2, $3, $4, $5, $6)`, exec,
 			set, owner, keys, tokens, interval(ttl), held,
-		).Scan(&exp, &owners, &counts, &now)
+		).Scan(&renewed, &exp, &owners, &counts, &now)
 	})
 	if err != nil {
 		return nil, nil, sqlError("set_renew", err)
 	}
+	at := make(map[string]time.Time, len(renewed))
+	for i, k := range renewed {
+		at[k] = exp[i]
+	}
 	expires := make([]time.Time, len(keys))
-	for i := range min(len(exp), len(keys)) {
-		if exp[i].Valid {
-			expires[i] = exp[i].Time
-		}
+	for i, k := range keys {
+		expires[i] = at[k] // zero: lost
 	}
 	members := make([]SetMember, len(owners))
 	for i, o := range owners {
@@ -85,15 +88,23 @@ func (p *Postgres) ReleaseSet(ctx context.Context, set, owner string, keys []str
 	if keys == nil {
 		keys, tokens = []string{}, []int64{}
 	}
-	var released []bool
+	var freed []string
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT coalesce(array_agg(released ORDER BY i), '{}') FROM pgleader.set_release($1, $2, $3, $4, $5) WITH ORDINALITY AS r(key, released, i)`, exec,
+			`SELECT coalesce(array_agg(key), '{}') FROM pgleader.set_release($1, $2, $3, $4, $5)`, exec,
 			set, owner, keys, tokens, leave,
-		).Scan(&released)
+		).Scan(&freed)
 	})
 	if err != nil {
 		return nil, sqlError("set_release", err)
+	}
+	done := make(map[string]bool, len(freed))
+	for _, k := range freed {
+		done[k] = true
+	}
+	released := make([]bool, len(keys))
+	for i, k := range keys {
+		released[i] = done[k]
 	}
 	return released, nil
 }
