@@ -111,12 +111,12 @@ func testMigrate(t *testing.T, bin string) {
 		args []string
 		want string
 	}{
-		{[]string{"migrate", "version"}, "schema version 0 (this pgleader ships 4)\n"},
-		{[]string{"migrate", "up"}, "schema version 4 (this pgleader ships 4)\n"},
-		{[]string{"migrate", "up"}, "schema version 4 (this pgleader ships 4)\n"},
-		{[]string{"migrate", "version"}, "schema version 4 (this pgleader ships 4)\n"},
+		{[]string{"migrate", "version"}, "schema version 0 (this pgleader ships 7)\n"},
+		{[]string{"migrate", "up"}, "schema version 7 (this pgleader ships 7)\n"},
+		{[]string{"migrate", "up"}, "schema version 7 (this pgleader ships 7)\n"},
+		{[]string{"migrate", "version"}, "schema version 7 (this pgleader ships 7)\n"},
 		{[]string{"status"}, "KEY  HOLDER  TOKEN  EXPIRES IN\n"},
-		{[]string{"migrate", "--yes", "down"}, "schema version 0 (this pgleader ships 4)\n"},
+		{[]string{"migrate", "--yes", "down"}, "schema version 0 (this pgleader ships 7)\n"},
 	} {
 		code, stdout, stderr := runCLI(t, bin, env, step.args...)
 		if code != 0 || stdout != step.want {
@@ -140,7 +140,7 @@ func testMigrateConcurrently(t *testing.T, bin string) {
 			procs = append(procs, start(t, bin, t.TempDir(), env, "migrate", "up"))
 		}
 		for i, p := range procs {
-			if code := p.wait(t); code != 0 || p.output(t) != "schema version 4 (this pgleader ships 4)\n" {
+			if code := p.wait(t); code != 0 || p.output(t) != "schema version 7 (this pgleader ships 7)\n" {
 				t.Fatalf("round %d, process %d: status %d, stdout %q, stderr:\n%s", round, i, code, p.output(t), p.errors(t))
 			}
 		}
