@@ -23,6 +23,9 @@ const (
 	MetricTermsEnded    = "pgleader.terms.ended"
 	MetricRenewDuration = "pgleader.renew.duration"
 	MetricClaimsRefused = "pgleader.claims.refused"
+	// MetricKeysHeld is the number of keys each owner leads (a Set's keys,
+	// or its Electors'), from the terms observed.
+	MetricKeysHeld = "pgleader.keys.held"
 )
 
 // The attribute keys.
@@ -118,13 +121,16 @@ func New(opts ...Option) (*Observer, error) {
 		metric.WithExplicitBucketBoundaries(renewBuckets...))
 	o.refused, err6 = m.Int64Counter(MetricClaimsRefused, metric.WithUnit("{claim}"),
 		metric.WithDescription("Terms whose Claim hook refused the token or failed"))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+	keysHeld, err8 := m.Int64ObservableGauge(MetricKeysHeld, metric.WithUnit("{key}"),
+		metric.WithDescription("Keys this replica leads with a live term (for a pgleader.Set, its keys held)"))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err8); err != nil {
 		return nil, err
 	}
 	o.reg, err7 = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		o.report(obs, leader, token)
+		o.reportHeld(obs, keysHeld)
 		return nil
-	}, leader, token)
+	}, leader, token, keysHeld)
 	if err7 != nil {
 		return nil, err7
 	}
@@ -224,5 +230,32 @@ func (o *Observer) report(obs metric.Observer, leader, token metric.Int64Observa
 		attrs := metric.WithAttributeSet(sets[id])
 		obs.ObserveInt64(leader, v.leading, attrs)
 		obs.ObserveInt64(token, v.token, attrs)
+	}
+}
+
+// reportHeld observes, per owner (one series without owners), how many keys
+// it leads.
+func (o *Observer) reportHeld(obs metric.Observer, keysHeld metric.Int64Observable) {
+	held := make(map[string]int64)
+	o.mu.Lock()
+	for id, s := range o.states {
+		owner := id.owner
+		if o.noOwner {
+			owner = ""
+		}
+		if _, ok := held[owner]; !ok {
+			held[owner] = 0
+		}
+		if s.leading {
+			held[owner]++
+		}
+	}
+	o.mu.Unlock()
+	for owner, n := range held {
+		if o.noOwner {
+			obs.ObserveInt64(keysHeld, n)
+			continue
+		}
+		obs.ObserveInt64(keysHeld, n, metric.WithAttributes(AttrOwner.String(owner)))
 	}
 }

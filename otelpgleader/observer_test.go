@@ -266,3 +266,27 @@ func TestClose(t *testing.T) {
 	}
 	m.expect(otelpgleader.MetricTermsStarted, 1, otelpgleader.AttrKey.String("k"), otelpgleader.AttrOwner.String("a"))
 }
+
+// TestKeysHeld: a Set's terms are counted in pgleader.keys.held per owner.
+func TestKeysHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs, m := newObserver(t)
+		b := pgleadertest.NewBackend()
+		s, err := pgleader.NewSet(b, recipeSpec("set"), []string{"a", "b", "c"},
+			pgleader.SetOptions{Owner: "o", Lead: idle, Observer: obs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- s.Run(ctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		m.expect(otelpgleader.MetricKeysHeld, 3, otelpgleader.AttrOwner.String("o"))
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		m.expect(otelpgleader.MetricKeysHeld, 0, otelpgleader.AttrOwner.String("o"))
+	})
+}

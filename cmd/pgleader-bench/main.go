@@ -35,7 +35,10 @@ var (
 	loadFor   = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
 	fenceFor  = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
 	rounds    = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
-	only      = flag.String("only", "", "comma-separated subset: handover,failover,load,fence")
+	only      = flag.String("only", "", "comma-separated subset: handover,failover,load,fence,sets")
+	setBig    = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
+	setShared = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
+	setFor    = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
 )
 
 // quiet discards the electors' logs; the bench prints its own table.
@@ -114,6 +117,11 @@ func run(ctx context.Context) error {
 	if want("fence") {
 		if err := b.fenceTable(ctx); err != nil {
 			return fmt.Errorf("fence: %w", err)
+		}
+	}
+	if want("sets") {
+		if err := b.setsTable(ctx); err != nil {
+			return fmt.Errorf("sets: %w", err)
 		}
 	}
 	return nil

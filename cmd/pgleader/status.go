@@ -19,11 +19,18 @@ import (
 )
 
 const statusUsage = `Usage: pgleader status [--database URL] [KEY]
+       pgleader status [--database URL] --set NAME [--prefix PREFIX]
 
 Prints a table of leases as the database sees them on its own clock: each
 key, the replica holding it ("-" when free or expired), the token (of the
 holding term, or the last one issued while free) and how long the lease has
 left. Without KEY it lists every key the database has seen.
+
+With --set it summarises a set of keys (pgleader.Set): each live member
+(a replica campaigning for the set) with the keys it reported holding at
+its last renewal, and, counting the keys whose names start with PREFIX
+(every key the database has seen when PREFIX is empty), how many each
+owner holds live now and how many are free.
 `
 
 // leaseRow is one line of the status table.
@@ -38,9 +45,20 @@ type leaseRow struct {
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", statusUsage, stderr)
 	db := databaseFlag(fs)
+	setName := fs.String("set", "", "summarise the set `NAME`")
+	prefix := fs.String("prefix", "", "with --set: count the keys whose names start with `PREFIX`")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if *setName != "" {
+		if len(pos) != 0 {
+			return usagef("status", "--set takes no KEY")
+		}
+		if err := pgleader.CheckKey(*setName); err != nil {
+			return usagef("status", "--set: %v", err)
+		}
+		return setStatus(*db, *setName, *prefix, stdout)
 	}
 	if len(pos) > 1 {
 		return usagef("status", "want at most one KEY, got %d arguments", len(pos))
@@ -138,5 +156,55 @@ func notMigratedHint(err error) error {
 	if errors.Is(err, pgleader.ErrNotMigrated) {
 		return errors.New("the database has no pgleader schema, or an outdated one: run 'pgleader migrate up'")
 	}
+	return err
+}
+
+// setStatus prints a set's members and how its keys are spread.
+func setStatus(db, name, prefix string, stdout io.Writer) error {
+	url, err := databaseURL("status", db)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	pool, err := openPool(ctx, "status", url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var keys []string
+	if err := pool.QueryRow(ctx,
+		`SELECT coalesce(array_agg(key ORDER BY key), '{}') FROM pgleader.lease WHERE starts_with(key, $1)`, prefix,
+	).Scan(&keys); err != nil {
+		return notMigratedHint(err)
+	}
+	rep, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).SetStatus(ctx, name, keys)
+	if err != nil {
+		return notMigratedHint(err)
+	}
+	members, free := 0, 0
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "OWNER\tMEMBER\tREPORTED\tHOLDS")
+	for _, o := range rep.Owners {
+		if o.Owner == "" {
+			free = o.Leases
+			continue
+		}
+		member, reported := "no", "-"
+		if o.Member {
+			members++
+			member, reported = "yes", fmt.Sprint(o.MemberHeld)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", o.Owner, member, reported, o.Leases)
+	}
+	fmt.Fprintf(w, "(free)\t-\t-\t%d\n", free)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	share := 0
+	if members > 0 {
+		share = (len(keys) + members - 1) / members
+	}
+	_, err = fmt.Fprintf(stdout, "set %s: %d keys, %d live members (candidates), fair share %d\n", name, len(keys), members, share)
 	return err
 }

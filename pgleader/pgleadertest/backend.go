@@ -54,6 +54,8 @@ type Backend struct {
 
 	deaf     bool // Listening reports false and no events are sent
 	watchers map[string]map[chan pgleader.Event]struct{}
+
+	sets map[string]map[string]*member // set name → owner → member; see set.go
 }
 
 type row struct {

@@ -1,0 +1,1036 @@
+package pgleader
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pgleader/pgleader/internal/hook"
+)
+
+// SetOptions are the parts of a Set that are not timing.
+type SetOptions struct {
+	// Owner identifies this replica; unique among the running replicas of
+	// the set. Default: hostname:pid:random.
+	Owner string
+	// Lead is the body, run for each key this replica wins, with that key's
+	// Term, after Claim. It follows the same rules as Options.Lead. A body
+	// that panics ends its own term (as finished, with the panic as its
+	// error) and no other. Required.
+	Lead func(ctx context.Context, t *Term) error
+	// Claim, if set, runs after acquisition and before Lead, as
+	// Options.Claim.
+	Claim func(ctx context.Context, t *Term) (bool, error)
+	// FenceFloors, if set, returns the store's highest fence for each of
+	// keys (floors[i] for keys[i]). It is called once per campaign with the
+	// keys the campaign asks for, and each key that is won draws a token
+	// above its floor.
+	FenceFloors func(ctx context.Context, keys []string) (floors []int64, err error)
+	// Logger receives the set's logs, with set and owner, and key and token
+	// where a term is concerned. Default: the backend's logger if it has
+	// one, else slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, receives an observation per term started, ending
+	// and ended (with the term's key), and one ObserveRenewed per renewal
+	// tick (with the set's name as Key).
+	Observer Observer
+}
+
+// SetStatus is a snapshot of a Set.
+type SetStatus struct {
+	Name, Owner string
+	// Running is whether Run is running.
+	Running bool
+	// Keys is how many keys the set campaigns for; Held how many of them
+	// this replica holds with a live term; Ending how many terms are ending
+	// or releasing.
+	Keys, Held, Ending int
+	// Members is the number of live replicas of the set at the last
+	// campaign or renewal, and Share this replica's fair share
+	// ceil(Keys / Members).
+	Members, Share int
+	// LastRenewSent is when the last successful renewal tick was sent.
+	LastRenewSent time.Time
+	// LastError is the last error from the backend or a hook, and when.
+	LastError   error
+	LastErrorAt time.Time
+}
+
+// Set campaigns for many keys at once and runs one body per key it wins,
+// each with its own Term and the timeline of [Spec], as an Elector per key
+// would, but with one statement per renewal tick for every key it holds and
+// one per campaign for every key it waits for. The replicas of a set count
+// each other and each aims at its fair share ceil(keys / replicas); see
+// docs/sets.md. Create it with NewSet; its methods are safe for concurrent
+// use, and Run may be called once at a time.
+type Set struct {
+	backend SetBackend
+	spec    Spec
+	opts    SetOptions
+	log     *slog.Logger
+	changed chan struct{} // Add and Remove poke the loop
+
+	running sync.Mutex
+
+	mu      sync.Mutex
+	keys    map[string]struct{}
+	status  SetStatus
+	live    map[string]*Term // terms with no end reason yet, for Terms
+	lastErr error
+}
+
+// NewSet validates spec and opts and returns a Set over backend (for
+// PostgreSQL, NewPostgres(pool)) that campaigns for keys. spec.Key names
+// the set: every replica of the set uses the same name and, normally, the
+// same keys. A set name may equal a key. NewSet fails with an error
+// matching ErrInvalid for a bad Spec, a bad or repeated key, or a missing
+// Lead, and with ErrAdvanceUnsupported when spec.RequireFenceAdvance is set
+// and opts.FenceFloors is nil.
+func NewSet(backend SetBackend, spec Spec, keys []string, opts SetOptions) (*Set, error) {
+	if backend == nil {
+		return nil, invalidf("NewSet: nil backend")
+	}
+	spec, err := spec.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Lead == nil {
+		return nil, invalidf("SetOptions.Lead is required")
+	}
+	if opts.Owner == "" {
+		opts.Owner = defaultOwner()
+	}
+	if err := CheckOwner(opts.Owner); err != nil {
+		return nil, fmt.Errorf("SetOptions.Owner: %w", err)
+	}
+	if spec.RequireFenceAdvance && opts.FenceFloors == nil {
+		return nil, invalidf("Spec.RequireFenceAdvance is set but SetOptions.FenceFloors is nil")
+	}
+	set := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		if err := CheckKey(k); err != nil {
+			return nil, err
+		}
+		if _, dup := set[k]; dup {
+			return nil, invalidf("key %q appears twice", k)
+		}
+		set[k] = struct{}{}
+	}
+	log := opts.Logger
+	if lb, ok := backend.(interface{ logger() *slog.Logger }); ok && log == nil {
+		log = lb.logger()
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Set{
+		backend: backend,
+		spec:    spec,
+		opts:    opts,
+		log:     log.With("set", spec.Key, "owner", opts.Owner),
+		changed: make(chan struct{}, 1),
+		keys:    set,
+		live:    make(map[string]*Term),
+		status:  SetStatus{Name: spec.Key, Owner: opts.Owner, Keys: len(set), Members: 1, Share: len(set)},
+	}, nil
+}
+
+// Spec returns the set's Spec with its defaults filled in.
+func (s *Set) Spec() Spec { return s.spec }
+
+// Add adds keys to the set; a running set campaigns for them from its next
+// campaign on. Keys already in the set are ignored.
+func (s *Set) Add(keys ...string) error {
+	for _, k := range keys {
+		if err := CheckKey(k); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	for _, k := range keys {
+		s.keys[k] = struct{}{}
+	}
+	s.status.Keys = len(s.keys)
+	s.mu.Unlock()
+	s.poke()
+	return nil
+}
+
+// Remove removes keys from the set. A term this replica holds for a removed
+// key ends as stopped (Ending at once, its body cancelled YieldGrace later,
+// the lease released when it returns).
+func (s *Set) Remove(keys ...string) {
+	s.mu.Lock()
+	for _, k := range keys {
+		delete(s.keys, k)
+	}
+	s.status.Keys = len(s.keys)
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *Set) poke() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Keys returns the set's keys, sorted.
+func (s *Set) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(mapKeys(s.keys))
+}
+
+// Terms returns the live terms of this replica (won, not yet ending),
+// ordered by key.
+func (s *Set) Terms() []*Term {
+	s.mu.Lock()
+	ts := make([]*Term, 0, len(s.live))
+	for _, t := range s.live {
+		ts = append(ts, t)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(ts, func(a, b *Term) int { return cmp.Compare(a.key, b.key) })
+	return ts
+}
+
+// Status returns a snapshot of the set.
+func (s *Set) Status() SetStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status
+}
+
+// Check reports whether the set is healthy: nil unless it holds keys and its
+// last successful renewal tick was sent more than RenewEvery +
+// min(CampaignEvery, RenewEvery) ago.
+func (s *Set) Check() error {
+	st := s.Status()
+	if st.Held == 0 {
+		return nil
+	}
+	late := s.spec.RenewEvery + min(s.spec.CampaignEvery, s.spec.RenewEvery)
+	if since := time.Since(st.LastRenewSent); since > late {
+		return fmt.Errorf("%w: set %q (%d keys held) last renewed %v ago (expected every %v); last error: %v",
+			ErrRenewLate, st.Name, st.Held, since.Round(time.Millisecond), s.spec.RenewEvery, st.LastError)
+	}
+	return nil
+}
+
+func mapKeys[M ~map[string]V, V any](m M) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func (s *Set) fail(err error) {
+	s.mu.Lock()
+	s.status.LastError, s.status.LastErrorAt = err, time.Now()
+	s.mu.Unlock()
+}
+
+func (s *Set) observe(o Observation) {
+	if s.opts.Observer == nil {
+		return
+	}
+	if o.Key == "" {
+		o.Key = s.spec.Key
+	}
+	o.Owner = s.opts.Owner
+	s.opts.Observer.Observe(o)
+}
+
+// timeline returns S, C and Y for terms whose last acquire or renew was
+// sent at sent, as Elector.timeline does.
+func (s *Set) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
+	safeEnd = sent.Add(s.spec.TTL - s.spec.Margin)
+	cancelAt = safeEnd.Add(-s.spec.ReleaseTimeout)
+	yieldAt = cancelAt.Add(-s.spec.YieldGrace)
+	return safeEnd, cancelAt, yieldAt
+}
+
+// Run campaigns for the set's keys until ctx is cancelled, running the body
+// for every key it wins. Backend errors never end Run: it logs them and
+// retries. When ctx is cancelled every live term ends as stopped: each body
+// is told at once and cancelled YieldGrace later, each lease is released
+// after its body returns, and the replica leaves the set's members. Run
+// then returns nil, with no goroutine of its own left running.
+func (s *Set) Run(ctx context.Context) error {
+	if !s.running.TryLock() {
+		return ErrRunning
+	}
+	defer s.running.Unlock()
+	if h, ok := s.backend.(interface{ holdConnections() func() }); ok {
+		defer h.holdConnections()()
+	}
+	s.mu.Lock()
+	s.status.Running = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.status.Running, s.status.Held, s.status.Ending = false, 0, 0
+		clear(s.live)
+		s.mu.Unlock()
+	}()
+	r := newSetRun(s, ctx)
+	r.loop()
+	return nil
+}
+
+// setTerm is one key's term inside a run.
+type setTerm struct {
+	t           *Term
+	batch       *batch
+	cancel      context.CancelFunc
+	cancelTimer *time.Timer // YieldGrace after a stop, a removal or a shed
+	running     bool        // the body has not returned
+}
+
+// batch is the terms whose last successful acquire or renew was one
+// statement, sent at the same instant: they share one timeline.
+type batch struct {
+	sent                       time.Time
+	safeEnd, cancelAt, yieldAt time.Time
+	yielded, cancelled         bool
+	terms                      map[string]*setTerm
+}
+
+type bodyDone struct {
+	key string
+	st  *setTerm
+	err error
+}
+
+type renewDone struct {
+	sent    time.Time
+	took    time.Duration
+	keys    []string
+	terms   []*setTerm
+	expires []time.Time
+	members []SetMember
+	err     error
+}
+
+type campaignDone struct {
+	sent    time.Time
+	won     []Lease
+	members int
+	err     error
+}
+
+type releaseDone struct {
+	keys   []string
+	tokens []int64
+	ok     []bool
+	left   bool
+	err    error
+}
+
+// setRun is the state of one Run, owned by its loop goroutine.
+type setRun struct {
+	s   *Set
+	ctx context.Context
+
+	terms     map[string]*setTerm // won and not yet released (or lost)
+	batches   map[*batch]struct{}
+	releasing map[string]int64 // keys whose release is queued or in flight
+	pending   []string         // queued for release, in order
+
+	nLive     int // terms in terms with no end reason yet
+	members   []SetMember
+	nMembers  int
+	extra     int // keys the others agreed this replica takes beyond its share
+	freeSeen  bool
+	failures  int
+	stopping  bool
+	left      bool
+	batching  bool // releaseT is armed
+	bodies    chan bodyDone
+	renewing  chan renewDone
+	campaign  chan campaignDone
+	release   chan releaseDone
+	renewT    *time.Timer
+	campaignT *time.Timer
+	deadlineT *time.Timer
+	releaseT  *time.Timer // armed while releases wait to be batched
+}
+
+func newSetRun(s *Set, ctx context.Context) *setRun {
+	return &setRun{
+		s: s, ctx: ctx,
+		terms:     make(map[string]*setTerm),
+		batches:   make(map[*batch]struct{}),
+		releasing: make(map[string]int64),
+		nMembers:  1,
+		bodies:    make(chan bodyDone, 64),
+	}
+}
+
+func (r *setRun) loop() {
+	s := r.s
+	// Join first: the first tick renews nothing and records the member,
+	// so the first campaign already counts this replica.
+	r.renewT = time.NewTimer(0)
+	r.campaignT = time.NewTimer(s.spec.CampaignEvery)
+	r.deadlineT = time.NewTimer(time.Hour)
+	r.deadlineT.Stop()
+	r.releaseT = time.NewTimer(time.Hour)
+	r.releaseT.Stop()
+	defer r.releaseT.Stop()
+	defer r.renewT.Stop()
+	defer r.campaignT.Stop()
+	defer r.deadlineT.Stop()
+	stop := r.ctx.Done()
+	for {
+		if r.stopping && len(r.terms) == 0 && r.renewing == nil && r.campaign == nil && r.release == nil && !r.batching {
+			if len(r.pending) == 0 && r.left {
+				return
+			}
+			r.startRelease()
+			if r.release == nil { // nothing could be sent
+				return
+			}
+		}
+		select {
+		case <-stop:
+			stop = nil
+			r.stopping = true
+			r.renewT.Stop()
+			r.campaignT.Stop()
+			for _, st := range r.terms {
+				r.endSoftly(st, ReasonStopped)
+			}
+			r.startRelease()
+		case <-s.changed:
+			r.applyKeys()
+		case <-r.renewT.C:
+			r.startRenew()
+		case d := <-r.renewing:
+			r.renewing = nil
+			r.renewed(d)
+		case <-r.campaignT.C:
+			r.startCampaign()
+		case d := <-r.campaign:
+			r.campaign = nil
+			r.campaigned(d)
+		case <-r.deadlineT.C:
+			r.deadlines()
+		case d := <-r.bodies:
+			r.bodyReturned(d)
+		case d := <-r.release:
+			r.release = nil
+			r.released(d)
+		case <-r.releaseT.C:
+			r.batching = false
+			r.startRelease()
+		}
+		r.publish()
+	}
+}
+
+// publish copies the run's counts into the status.
+func (r *setRun) publish() {
+	live := r.nLive
+	r.s.mu.Lock()
+	r.s.status.Held, r.s.status.Ending = live, len(r.terms)-live+len(r.releasing)
+	r.s.status.Members = r.nMembers
+	r.s.status.Share = ceilDiv(len(r.s.keys), r.nMembers)
+	r.s.mu.Unlock()
+}
+
+func ceilDiv(a, b int) int {
+	if b <= 0 {
+		return a
+	}
+	return (a + b - 1) / b
+}
+
+// liveHeld counts the terms that have not begun to end.
+func (r *setRun) liveHeld() int { return r.nLive }
+
+// startRenew sends one renewal tick for every live term whose safe end is
+// ahead, bounded by the earliest of those safe ends.
+func (r *setRun) startRenew() {
+	if r.renewing != nil || r.stopping {
+		return
+	}
+	s := r.s
+	now := time.Now()
+	var keys []string
+	var tokens []int64
+	var terms []*setTerm
+	deadline := now.Add(s.spec.TTL)
+	for k, st := range r.terms {
+		if st.t.Reason() != ReasonNone || !now.Before(st.batch.safeEnd) {
+			continue
+		}
+		keys, tokens, terms = append(keys, k), append(tokens, st.t.token), append(terms, st)
+		if st.batch.safeEnd.Before(deadline) {
+			deadline = st.batch.safeEnd
+		}
+	}
+	held := len(keys)
+	ch := make(chan renewDone, 1)
+	r.renewing = ch
+	go func() {
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(r.ctx), deadline)
+		defer cancel()
+		sent := time.Now()
+		exp, members, err := s.backend.RenewSet(ctx, s.spec.Key, s.opts.Owner, keys, tokens, s.spec.TTL, held)
+		ch <- renewDone{sent: sent, took: time.Since(sent), keys: keys, terms: terms, expires: exp, members: members, err: err}
+	}()
+}
+
+func (r *setRun) renewed(d renewDone) {
+	s := r.s
+	s.observe(Observation{Kind: ObserveRenewed, Took: d.took, Err: d.err})
+	if d.err != nil {
+		s.fail(d.err)
+		if errors.Is(d.err, ErrNotMigrated) {
+			s.log.Error("the pgleader schema is gone; ending every term at once", "err", d.err)
+			for _, st := range d.terms {
+				r.lose(st)
+			}
+		} else {
+			retry := min(s.spec.CampaignEvery, s.spec.RenewEvery)
+			s.log.Warn("renewal failed", "err", d.err, "keys", len(d.keys), "retry_in", retry)
+			if !r.stopping {
+				r.renewT.Reset(retry)
+			}
+		}
+		r.armDeadline()
+		return
+	}
+	var b *batch
+	for i, st := range d.terms {
+		if r.terms[d.keys[i]] != st {
+			continue // ended and released meanwhile
+		}
+		if d.expires[i].IsZero() {
+			r.lose(st)
+			continue
+		}
+		if st.t.Reason() != ReasonNone {
+			continue
+		}
+		if b == nil {
+			b = r.newBatch(d.sent)
+		}
+		r.move(st, d.keys[i], b)
+		st.t.setRenewed(d.sent)
+	}
+	s.mu.Lock()
+	s.status.LastRenewSent = d.sent
+	s.mu.Unlock()
+	r.members = d.members
+	r.nMembers = max(len(d.members), 1)
+	if !r.stopping {
+		r.renewT.Reset(time.Until(d.sent.Add(s.spec.RenewEvery)))
+		r.rebalance()
+	}
+	r.armDeadline()
+}
+
+// rebalance steps down from keys above this replica's fair share, when
+// another member is under its share and can take them, and decides whether
+// this replica takes the keys nobody holds beyond its share. Counts of the
+// other members are as of their last renewal.
+func (r *setRun) rebalance() {
+	s := r.s
+	s.mu.Lock()
+	n := len(s.keys)
+	s.mu.Unlock()
+	m := max(len(r.members), 1)
+	share := ceilDiv(n, m)
+	held := r.liveHeld()
+	deficit, total, lowest := 0, held, true
+	for _, mb := range r.members {
+		if mb.Owner == s.opts.Owner {
+			continue
+		}
+		deficit += max(share-mb.Held, 0)
+		total += mb.Held
+		if mb.Held < held || (mb.Held == held && mb.Owner < s.opts.Owner) {
+			lowest = false
+		}
+	}
+	shed := 0
+	switch {
+	case held > share:
+		shed = min(held-share, deficit)
+	case held == share && n%m != 0:
+		// At the ceiling while someone is two or more below: one key moves,
+		// so no two members differ by more than one.
+		for _, mb := range r.members {
+			if mb.Owner != s.opts.Owner && mb.Held <= held-2 {
+				shed = 1
+				break
+			}
+		}
+	}
+	if shed > 0 {
+		r.shed(shed)
+	}
+	// Keys nobody holds, seen on two ticks in a row, while every member is
+	// at its share (members that know fewer keys, a member that cannot
+	// win): the member holding fewest takes them.
+	free := n - total
+	r.extra = 0
+	if free > 0 && lowest && r.freeSeen {
+		r.extra = free
+	}
+	r.freeSeen = free > 0
+}
+
+// shed ends the n most recently won live terms as resigned.
+func (r *setRun) shed(n int) {
+	var live []*setTerm
+	for _, st := range r.terms {
+		if st.t.Reason() == ReasonNone {
+			live = append(live, st)
+		}
+	}
+	slices.SortFunc(live, func(a, b *setTerm) int {
+		if c := b.t.started.Compare(a.t.started); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.t.key, b.t.key)
+	})
+	r.s.log.Info("above the fair share; stepping down from keys", "keys", min(n, len(live)))
+	for _, st := range live[:min(n, len(live))] {
+		r.endSoftly(st, ReasonResigned)
+	}
+}
+
+// endSoftly ends st as stop does: Ending now, its body cancelled
+// YieldGrace later (or at C, if sooner).
+func (r *setRun) endSoftly(st *setTerm, reason EndReason) {
+	if !r.endTerm(st, reason) || !st.running {
+		return
+	}
+	if time.Until(st.batch.cancelAt) > r.s.spec.YieldGrace {
+		st.cancelTimer = time.AfterFunc(r.s.spec.YieldGrace, st.cancel)
+	}
+}
+
+func (r *setRun) endTerm(st *setTerm, reason EndReason) bool {
+	if !st.t.end(reason) {
+		return false
+	}
+	r.nLive--
+	r.s.mu.Lock()
+	delete(r.s.live, st.t.key)
+	r.s.mu.Unlock()
+	r.s.observe(Observation{Kind: ObserveTermEnding, Key: st.t.key, Token: st.t.token, Reason: reason})
+	return true
+}
+
+// lose ends st as lost: its body is cancelled at once and nothing is
+// released.
+func (r *setRun) lose(st *setTerm) {
+	if r.endTerm(st, ReasonLost) {
+		r.s.log.Warn("lease lost; cancelling the body", "key", st.t.key, "token", st.t.token)
+	}
+	st.cancel()
+	if !st.running {
+		r.forget(st)
+	}
+}
+
+// forget drops a term whose body has returned and that needs no release.
+func (r *setRun) forget(st *setTerm) {
+	delete(r.terms, st.t.key)
+	r.unbatch(st, st.t.key)
+	r.over(st.t)
+}
+
+func (r *setRun) over(t *Term) {
+	r.s.observe(Observation{Kind: ObserveTermEnded, Key: t.key, Token: t.token, Reason: t.Reason()})
+	r.s.log.Info("term ended", "key", t.key, "token", t.token, "reason", t.Reason().String())
+	close(t.over)
+}
+
+func (r *setRun) newBatch(sent time.Time) *batch {
+	b := &batch{sent: sent, terms: make(map[string]*setTerm)}
+	b.safeEnd, b.cancelAt, b.yieldAt = r.s.timeline(sent)
+	r.batches[b] = struct{}{}
+	return b
+}
+
+func (r *setRun) move(st *setTerm, key string, b *batch) {
+	r.unbatch(st, key)
+	st.batch = b
+	b.terms[key] = st
+	st.t.setTimeline(b.safeEnd, b.yieldAt)
+}
+
+func (r *setRun) unbatch(st *setTerm, key string) {
+	if st.batch == nil {
+		return
+	}
+	delete(st.batch.terms, key)
+	if len(st.batch.terms) == 0 {
+		delete(r.batches, st.batch)
+	}
+}
+
+// armDeadline sets the deadline timer to the earliest yield or cancel
+// instant still to come.
+func (r *setRun) armDeadline() {
+	var next time.Time
+	for b := range r.batches {
+		at := b.yieldAt
+		if b.yielded {
+			if b.cancelled {
+				continue
+			}
+			at = b.cancelAt
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	r.deadlineT.Stop()
+	if !next.IsZero() {
+		r.deadlineT.Reset(time.Until(next))
+	}
+}
+
+// deadlines ends the terms of every batch past its yield instant as
+// expiring, and cancels the bodies of every batch past its cancel instant.
+func (r *setRun) deadlines() {
+	now := time.Now()
+	noYield := hook.NoYield.Load()
+	for b := range r.batches {
+		if !b.yielded && !now.Before(b.yieldAt) {
+			b.yielded = true
+			if noYield {
+				b.cancelled = true
+				continue
+			}
+			n := 0
+			for _, st := range b.terms {
+				if r.endTerm(st, ReasonExpiring) {
+					n++
+				}
+			}
+			if n > 0 {
+				r.s.log.Warn("renewals failed until the yield instant; terms are ending", "keys", n)
+			}
+		}
+		if b.yielded && !b.cancelled && !now.Before(b.cancelAt) {
+			b.cancelled = true
+			if noYield {
+				continue
+			}
+			for _, st := range b.terms {
+				st.cancel()
+			}
+		}
+	}
+	r.armDeadline()
+}
+
+// candidates returns the set's keys this replica neither holds nor is
+// releasing, sorted.
+func (r *setRun) candidates() []string {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	var out []string
+	for k := range r.s.keys {
+		if _, held := r.terms[k]; held {
+			continue
+		}
+		if _, rel := r.releasing[k]; rel {
+			continue
+		}
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// startCampaign sends one campaign for every key this replica does not
+// hold, bounded by the yield instant of the terms it would start.
+func (r *setRun) startCampaign() {
+	s := r.s
+	if r.campaign != nil || r.stopping {
+		return
+	}
+	keys := r.candidates()
+	if len(keys) == 0 {
+		r.campaignT.Reset(s.spec.CampaignEvery - jitter(s.spec.CampaignEvery/10))
+		return
+	}
+	held := len(r.terms) + len(r.releasing)
+	s.mu.Lock()
+	held = min(held, len(s.keys)-len(keys))
+	s.mu.Unlock()
+	extra := r.extra
+	ch := make(chan campaignDone, 1)
+	r.campaign = ch
+	go func() {
+		var floors []int64
+		if s.opts.FenceFloors != nil {
+			fctx, cancel := context.WithTimeout(r.ctx, s.spec.TTL)
+			fl, err := s.opts.FenceFloors(fctx, keys)
+			cancel()
+			if err == nil && len(fl) != len(keys) {
+				err = fmt.Errorf("returned %d floors for %d keys", len(fl), len(keys))
+			}
+			for i := 0; err == nil && i < len(fl); i++ {
+				err = CheckFloor(fl[i])
+			}
+			if err != nil {
+				ch <- campaignDone{err: fmt.Errorf("pgleader: FenceFloors: %w", err)}
+				return
+			}
+			floors = fl
+		}
+		sent := time.Now()
+		_, _, yieldAt := s.timeline(sent)
+		ctx, cancel := context.WithDeadline(r.ctx, yieldAt)
+		defer cancel()
+		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra)
+		ch <- campaignDone{sent: sent, won: won, members: members, err: err}
+	}()
+}
+
+func (r *setRun) campaigned(d campaignDone) {
+	s := r.s
+	if d.err != nil {
+		if r.stopping && r.ctx.Err() != nil {
+			return
+		}
+		s.fail(d.err)
+		r.failures++
+		retry := r.backoff()
+		s.log.Warn("campaign failed", "err", d.err, "retry_in", retry)
+		if !r.stopping {
+			r.campaignT.Reset(retry)
+		}
+		return
+	}
+	r.failures = 0
+	r.nMembers = max(d.members, 1)
+	if len(d.won) > 0 {
+		r.extra = 0
+		b := r.newBatch(d.sent)
+		late := !time.Now().Before(b.yieldAt)
+		for _, l := range d.won {
+			r.start(l, b, late)
+		}
+		if len(b.terms) == 0 {
+			delete(r.batches, b)
+		}
+		r.armDeadline()
+		r.startRelease()
+	}
+	if !r.stopping {
+		r.campaignT.Reset(s.spec.CampaignEvery - jitter(s.spec.CampaignEvery/10))
+	}
+}
+
+func (r *setRun) backoff() time.Duration {
+	limit := max(r.s.spec.CampaignEvery, r.s.spec.TTL/2)
+	d := r.s.spec.CampaignEvery
+	for i := 1; i < r.failures && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	return d - jitter(d/5)
+}
+
+// start begins the term of a key just won. A term won for a key removed
+// meanwhile, after Run's context was cancelled, or answered after its yield
+// instant never runs its body and is released at once.
+func (r *setRun) start(l Lease, b *batch, late bool) {
+	s := r.s
+	t := newTerm(l.Key, s.opts.Owner, l.Token, b.sent)
+	t.setTimeline(b.safeEnd, b.yieldAt)
+	s.mu.Lock()
+	_, wanted := s.keys[l.Key]
+	s.mu.Unlock()
+	reason := ReasonNone
+	switch {
+	case late:
+		reason = ReasonExpiring
+		s.log.Warn("the acquire was answered after the term's yield instant; releasing without running the body", "key", l.Key)
+	case r.stopping:
+		reason = ReasonStopped
+	case !wanted:
+		reason = ReasonStopped
+	}
+	if reason != ReasonNone {
+		t.end(reason)
+		r.queueRelease(l.Key, l.Token)
+		r.over(t)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.ctx))
+	st := &setTerm{t: t, cancel: cancel, running: true}
+	r.terms[l.Key] = st
+	r.nLive++
+	r.move(st, l.Key, b)
+	s.mu.Lock()
+	s.live[l.Key] = t
+	s.mu.Unlock()
+	log := s.log.With("key", l.Key, "token", l.Token)
+	go func() {
+		err := s.runBody(ctx, t, func() {
+			log.Debug("leading")
+			s.observe(Observation{Kind: ObserveTermStarted, Key: t.key, Token: t.token})
+		})
+		r.bodies <- bodyDone{key: l.Key, st: st, err: err}
+	}()
+}
+
+// runBody runs Claim and then Lead, calling started between them, and turns
+// a panic into an error so the term still ends and releases.
+func (s *Set) runBody(ctx context.Context, t *Term, started func()) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("pgleader: body of key %q panicked: %v\n%s", t.key, p, debug.Stack())
+		}
+	}()
+	if s.opts.Claim != nil {
+		ok, err := s.opts.Claim(ctx, t)
+		if err != nil {
+			s.fail(fmt.Errorf("pgleader: Claim: %w", err))
+			return fmt.Errorf("%w: %w", errRefused, err)
+		}
+		if !ok {
+			return errRefused
+		}
+	}
+	started()
+	return s.opts.Lead(ctx, t)
+}
+
+func (r *setRun) bodyReturned(d bodyDone) {
+	s := r.s
+	st := d.st
+	st.running = false
+	st.cancel()
+	if st.cancelTimer != nil {
+		st.cancelTimer.Stop()
+	}
+	reason := ReasonFinished
+	if errors.Is(d.err, errRefused) {
+		reason = ReasonRefused
+		s.observe(Observation{Kind: ObserveClaimRefused, Key: d.key, Token: st.t.token, Err: errors.Unwrap(d.err)})
+	} else if d.err != nil {
+		s.fail(d.err)
+		s.log.Warn("body returned an error", "key", d.key, "token", st.t.token, "err", d.err)
+	}
+	r.endTerm(st, reason)
+	if st.t.Reason() == ReasonLost {
+		r.forget(st)
+		return
+	}
+	delete(r.terms, d.key)
+	r.unbatch(st, d.key)
+	r.queueRelease(d.key, st.t.token)
+	r.over(st.t)
+	if !r.batching {
+		// Bodies told to end together return together: gather them
+		// into one statement.
+		r.batching = true
+		r.releaseT.Reset(releaseBatchWait)
+	}
+}
+
+// releaseBatchWait is how long a release waits for others to share its
+// statement.
+const releaseBatchWait = 5 * time.Millisecond
+
+func (r *setRun) queueRelease(key string, token int64) {
+	if _, ok := r.releasing[key]; ok {
+		return
+	}
+	r.releasing[key] = token
+	r.pending = append(r.pending, key)
+}
+
+// startRelease sends every queued release in one statement, unless one is
+// in flight; once Run's context is cancelled, the first such statement also
+// leaves the set's members.
+func (r *setRun) startRelease() {
+	if r.release != nil || r.batching || (len(r.pending) == 0 && (!r.stopping || r.left)) {
+		return
+	}
+	s := r.s
+	keys := r.pending
+	r.pending = nil
+	tokens := make([]int64, len(keys))
+	for i, k := range keys {
+		tokens[i] = r.releasing[k]
+	}
+	leave := r.stopping && !r.left
+	ch := make(chan releaseDone, 1)
+	r.release = ch
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), s.spec.ReleaseTimeout)
+		defer cancel()
+		ok, err := s.backend.ReleaseSet(ctx, s.spec.Key, s.opts.Owner, keys, tokens, leave)
+		ch <- releaseDone{keys: keys, tokens: tokens, ok: ok, left: leave, err: err}
+	}()
+}
+
+func (r *setRun) released(d releaseDone) {
+	s := r.s
+	for _, k := range d.keys {
+		delete(r.releasing, k)
+	}
+	switch {
+	case d.err != nil:
+		s.fail(d.err)
+		s.log.Warn("release failed; the leases will expire", "keys", len(d.keys), "err", d.err)
+	default:
+		lost := 0
+		for _, ok := range d.ok {
+			if !ok {
+				lost++
+			}
+		}
+		if lost > 0 {
+			s.log.Warn("release found leases no longer ours: they had expired or passed to another term", "keys", lost)
+		}
+	}
+	if d.left {
+		r.left = true // even on error: the member row expires with its leases
+	}
+	r.startRelease()
+}
+
+// applyKeys ends the terms of keys removed from the set.
+func (r *setRun) applyKeys() {
+	s := r.s
+	s.mu.Lock()
+	var gone []*setTerm
+	for k, st := range r.terms {
+		if _, ok := s.keys[k]; !ok {
+			gone = append(gone, st)
+		}
+	}
+	s.mu.Unlock()
+	for _, st := range gone {
+		r.endSoftly(st, ReasonStopped)
+	}
+	if len(gone) == 0 && r.campaign == nil && !r.stopping && r.extra == 0 {
+		// New keys: campaign soon rather than at the next interval.
+		r.campaignT.Reset(0)
+	}
+}

@@ -1,0 +1,166 @@
+package pgleader
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+var _ SetBackend = (*Postgres)(nil)
+
+// AcquireSet implements [SetBackend] with one call of pgleader.set_acquire.
+func (p *Postgres) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) ([]Lease, int, error) {
+	if err := CheckSetAcquire(set, owner, keys, floors, ttl, held, extra); err != nil {
+		return nil, 0, err
+	}
+	if keys == nil {
+		keys = []string{}
+	}
+	var (
+		won     []string
+		tokens  []int64
+		expires []time.Time
+		members int32
+		now     time.Time
+	)
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx,
+			`SELECT keys, tokens, expires_at, members, db_now FROM pgleader.set_acquire($1, $2, $3, $4, $5, $6, $7)`, exec,
+			set, owner, keys, interval(ttl), held, extra, floors,
+		).Scan(&won, &tokens, &expires, &members, &now)
+	})
+	if err != nil {
+		return nil, 0, sqlError("set_acquire", err)
+	}
+	leases := make([]Lease, len(won))
+	for i, k := range won {
+		leases[i] = Lease{Key: k, Holder: owner, Token: tokens[i], AcquiredAt: now, RenewedAt: now, ExpiresAt: expires[i], Now: now}
+	}
+	return leases, int(members), nil
+}
+
+// RenewSet implements [SetBackend] with one call of pgleader.set_renew.
+func (p *Postgres) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) ([]time.Time, []SetMember, error) {
+	if err := CheckSetRenew(set, owner, keys, tokens, ttl, held); err != nil {
+		return nil, nil, err
+	}
+	if keys == nil {
+		keys, tokens = []string{}, []int64{}
+	}
+	var (
+		renewed []string
+		exp     []time.Time
+		owners  []string
+		counts  []int32
+		now     time.Time
+	)
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx,
+			`SELECT renewed, expires_at, members, member_held, db_now FROM pgleader.set_renew($1, $2, $3, $4, $5, $6)`, exec,
+			set, owner, keys, tokens, interval(ttl), held,
+		).Scan(&renewed, &exp, &owners, &counts, &now)
+	})
+	if err != nil {
+		return nil, nil, sqlError("set_renew", err)
+	}
+	at := make(map[string]time.Time, len(renewed))
+	for i, k := range renewed {
+		at[k] = exp[i]
+	}
+	expires := make([]time.Time, len(keys))
+	for i, k := range keys {
+		expires[i] = at[k] // zero: lost
+	}
+	members := make([]SetMember, len(owners))
+	for i, o := range owners {
+		members[i] = SetMember{Owner: o, Held: int(counts[i])}
+	}
+	return expires, members, nil
+}
+
+// ReleaseSet implements [SetBackend] with one call of pgleader.set_release.
+func (p *Postgres) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, leave bool) ([]bool, error) {
+	if err := CheckSetRelease(set, owner, keys, tokens); err != nil {
+		return nil, err
+	}
+	if keys == nil {
+		keys, tokens = []string{}, []int64{}
+	}
+	var freed []string
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx,
+			`SELECT coalesce(array_agg(key), '{}') FROM pgleader.set_release($1, $2, $3, $4, $5)`, exec,
+			set, owner, keys, tokens, leave,
+		).Scan(&freed)
+	})
+	if err != nil {
+		return nil, sqlError("set_release", err)
+	}
+	done := make(map[string]bool, len(freed))
+	for _, k := range freed {
+		done[k] = true
+	}
+	released := make([]bool, len(keys))
+	for i, k := range keys {
+		released[i] = done[k]
+	}
+	return released, nil
+}
+
+// SetOwner is one owner in a [SetReport].
+type SetOwner struct {
+	// Owner names the replica; "" for the keys no live lease holds.
+	Owner string
+	// Member is whether it is a live member of the set; MemberHeld is the
+	// count it reported at its last renewal.
+	Member     bool
+	MemberHeld int
+	// Leases is how many of the keys asked about it holds live now.
+	Leases int
+}
+
+// SetReport describes a set, for operators.
+type SetReport struct {
+	Set    string
+	Owners []SetOwner
+	Now    time.Time
+}
+
+// SetStatus reads set's live members and, for keys (which may be nil), how
+// many each owner holds and how many are free. It changes nothing.
+func (p *Postgres) SetStatus(ctx context.Context, set string, keys []string) (SetReport, error) {
+	if err := CheckKey(set); err != nil {
+		return SetReport{}, invalidf("set name: %v", err)
+	}
+	r := SetReport{Set: set}
+	var (
+		owners  []string
+		member  []bool
+		counts  []int32
+		leases  []int32
+		nowNull pgtype.Timestamptz
+	)
+	if keys == nil {
+		keys = []string{}
+	}
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx,
+			`SELECT coalesce(array_agg(owner ORDER BY member DESC, owner), '{}'),
+			        coalesce(array_agg(member ORDER BY member DESC, owner), '{}'),
+			        coalesce(array_agg(coalesce(member_held, 0) ORDER BY member DESC, owner), '{}'),
+			        coalesce(array_agg(leases ORDER BY member DESC, owner), '{}'),
+			        max(db_now)
+			   FROM pgleader.set_status($1, $2)`, exec, set, keys,
+		).Scan(&owners, &member, &counts, &leases, &nowNull)
+	})
+	if err != nil {
+		return SetReport{}, sqlError("set_status", err)
+	}
+	for i, o := range owners {
+		r.Owners = append(r.Owners, SetOwner{Owner: o, Member: member[i], MemberHeld: int(counts[i]), Leases: int(leases[i])})
+	}
+	r.Now = nowNull.Time
+	return r, nil
+}
