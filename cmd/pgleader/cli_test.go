@@ -30,6 +30,7 @@ func TestCLI(t *testing.T) {
 	}{
 		{"Usage", testUsage},
 		{"Migrate", testMigrate},
+		{"MigrateTo", testMigrateTo},
 		{"MigrateConcurrently", testMigrateConcurrently},
 		{"StatusAndAdvance", testStatusAndAdvance},
 		{"AdvanceRange", testAdvanceRange},
@@ -73,8 +74,14 @@ func testUsage(t *testing.T, bin string) {
 	}{
 		{nil, 2, "no command given"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"migrate"}, 2, "want one of up, down or version"},
+		{[]string{"migrate"}, 2, "want one of up, down, version or to VERSION"},
 		{[]string{"migrate", "sideways"}, 2, `unknown action "sideways"`},
+		{[]string{"migrate", "to"}, 2, "to needs a VERSION from 1 to 4"},
+		{[]string{"migrate", "to", "0"}, 2, `VERSION must be a whole number from 1 to 4, got "0"`},
+		{[]string{"migrate", "to", "5"}, 2, `VERSION must be a whole number from 1 to 4, got "5"`},
+		{[]string{"migrate", "to", "-1"}, 2, `from 1 to 4, got "-1"`},
+		{[]string{"migrate", "to", "three"}, 2, `from 1 to 4, got "three"`},
+		{[]string{"migrate", "to", "2", "3"}, 2, "want one of up, down, version or to VERSION"},
 		{[]string{"migrate", "down"}, 2, "add --yes to confirm"},
 		{[]string{"status"}, 2, "no database: pass --database URL or set DATABASE_URL"},
 		{[]string{"status", "a", "b"}, 2, "want at most one KEY"},
@@ -126,6 +133,35 @@ func testMigrate(t *testing.T, bin string) {
 	code, _, stderr := runCLI(t, bin, env, "status")
 	if code != 1 || !strings.Contains(stderr, "run 'pgleader migrate up'") {
 		t.Fatalf("status without the schema: status %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// testMigrateTo migrates an empty database to each version, up and down:
+// down only with --yes, and a refused step changes nothing.
+func testMigrateTo(t *testing.T, bin string) {
+	db := pgtest.NewEmpty(t)
+	env := []string{"DATABASE_URL=" + db.URL}
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"migrate", "to", "2"}, "schema version 2 (this pgleader ships 4)\n"},
+		{[]string{"migrate", "to", "2"}, "schema version 2 (this pgleader ships 4)\n"},
+		{[]string{"migrate", "to", "4"}, "schema version 4 (this pgleader ships 4)\n"},
+		{[]string{"migrate", "--yes", "to", "1"}, "schema version 1 (this pgleader ships 4)\n"},
+		{[]string{"migrate", "up"}, "schema version 4 (this pgleader ships 4)\n"},
+	} {
+		code, stdout, stderr := runCLI(t, bin, env, step.args...)
+		if code != 0 || stdout != step.want {
+			t.Fatalf("pgleader %q: status %d, stdout %q, stderr:\n%s\nwant 0 and %q", step.args, code, stdout, stderr, step.want)
+		}
+	}
+	code, _, stderr := runCLI(t, bin, env, "migrate", "to", "3")
+	if code != 2 || !strings.Contains(stderr, "to 3 reverts version 4 and drops") || !strings.Contains(stderr, "add --yes") {
+		t.Fatalf("migrate to 3 from 4 without --yes: status %d, stderr:\n%s\nwant 2 and a request for --yes", code, stderr)
+	}
+	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != "schema version 4 (this pgleader ships 4)\n" {
+		t.Fatalf("after a refused migrate to 3: status %d, %q; want version 4", code, stdout)
 	}
 }
 
