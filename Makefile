@@ -3,6 +3,9 @@
 GO        ?= go
 STATICCHECK_VERSION := v0.8.2
 DURATION  ?= 2m
+# otelpgleader is a module of its own (see README, Modules); test and lint
+# cover it too.
+OTEL_DIR  := otelpgleader
 VERSIONS  ?= 13 14 15 16 17 18
 
 .DEFAULT_GOAL := help
@@ -12,9 +15,11 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: ## Vet, then run every test under the race detector (finds or starts PostgreSQL; see README).
+test: ## Vet, then run every test of both modules under the race detector (finds or starts PostgreSQL; see README).
 	$(GO) vet ./...
+	cd $(OTEL_DIR) && $(GO) vet ./...
 	$(GO) run ./internal/embedpg/withpg -if-needed -- $(GO) test -race -count=1 -timeout 9m ./...
+	cd $(OTEL_DIR) && $(GO) test -race -count=1 ./...
 
 .PHONY: test-versions
 test-versions: ## Run the PostgreSQL-facing tests on a throwaway server of each major in VERSIONS (13-18).
@@ -25,10 +30,12 @@ compose-test: ## Run docker-compose.yml, stop the leading publisher, check the t
 	@GO="$(GO)" ./scripts/compose-test.sh
 
 .PHONY: lint
-lint: ## gofmt check, go vet and staticcheck.
+lint: ## gofmt check, go vet and staticcheck, in both modules.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd $(OTEL_DIR) && $(GO) vet ./...
+	cd $(OTEL_DIR) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 .PHONY: demo
 demo: ## Tell the recipe's story against PostgreSQL (examples/handover; finds a server, see README).

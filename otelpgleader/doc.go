@@ -9,8 +9,11 @@
 //	defer obs.Close()
 //	el, err := pgleader.New(backend, spec, pgleader.Options{Lead: lead, Observer: obs})
 //
-// Package pgleader does not depend on OpenTelemetry; only programs that
-// import this package do.
+// This package is a Go module of its own,
+// github.com/pgleader/pgleader/otelpgleader, tagged otelpgleader/vX.Y.Z: the
+// module github.com/pgleader/pgleader does not require OpenTelemetry, so
+// only programs that import this package have their OpenTelemetry versions
+// raised to the ones it was built with.
 //
 // # Instruments
 //

@@ -3,7 +3,7 @@ package otelpgleader_test
 import (
 	"testing"
 
-	"github.com/pgleader/pgleader/internal/pgtest"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -54,7 +54,9 @@ func (l Lease) Remaining() time.Duration {
 // for concurrent use.
 //
 // The PostgreSQL implementation is [Postgres]; an in-memory one for tests is
-// in package pgleadertest.
+// in package pgleadertest. Every implementation must pass the test suite in
+// package github.com/pgleader/pgleader/pgleader/backendtest, which checks
+// this contract and those of the optional interfaces.
 type Backend interface {
 	// Acquire takes the lease for owner if it is free or expired, drawing a
 	// token greater than every token issued before for key, and returns it

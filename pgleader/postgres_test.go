@@ -60,132 +60,15 @@ func waitFree(t *testing.T, b pgleader.Backend, key string) {
 	t.Fatalf("lease %s still held after 30s", key)
 }
 
-func TestTokensIncreaseAcrossReleaseExpiryAndReacquire(t *testing.T) {
-	t.Parallel()
-	b, _ := newBackend(t)
-	ctx := context.Background()
-
-	var last int64
-	next := func(l pgleader.Lease) {
-		t.Helper()
-		if l.Token <= last {
-			t.Fatalf("token %d after %d: tokens must strictly increase", l.Token, last)
-		}
-		last = l.Token
-	}
-
-	l := mustAcquire(t, b, "k", "a", ttl)
-	next(l)
-	mustRelease(t, b, "k", "a", l.Token)
-
-	l = mustAcquire(t, b, "k", "a", ttl) // the same owner again: a new term
-	next(l)
-	mustRelease(t, b, "k", "a", l.Token)
-
-	l = mustAcquire(t, b, "k", "b", 50*time.Millisecond)
-	next(l)
-	waitFree(t, b, "k") // expiry, no release
-	l = mustAcquire(t, b, "k", "a", ttl)
-	next(l)
-
-	// The expired term cannot renew; the new one can, without a new token.
-	if _, err := b.Renew(ctx, "k", "b", last-1, ttl); !errors.Is(err, pgleader.ErrLost) {
-		t.Fatalf("renew by the expired term: %v, want ErrLost", err)
-	}
-	if _, err := b.Renew(ctx, "k", "a", last, ttl); err != nil {
-		t.Fatal(err)
-	}
-	got, err := b.Lease(ctx, "k")
-	if err != nil || got.Token != last || got.Holder != "a" {
-		t.Fatalf("lease after renew = %+v, %v; want holder a token %d", got, err, last)
-	}
-
-	// Another key has its own counter.
-	if l := mustAcquire(t, b, "other", "a", ttl); l.Token != 1 {
-		t.Fatalf("first token of a new key = %d, want 1", l.Token)
-	}
-}
-
-func TestFailedAcquireConsumesNoToken(t *testing.T) {
-	t.Parallel()
-	b, _ := newBackend(t)
-	ctx := context.Background()
-
-	first := mustAcquire(t, b, "k", "a", ttl)
-	if first.Token != 1 {
-		t.Fatalf("first term's token = %d, want 1", first.Token)
-	}
-	for i := 0; i < 10; i++ {
-		l, ok, err := b.Acquire(ctx, "k", "b", ttl)
-		if err != nil || ok {
-			t.Fatalf("acquire while held = %v, %v; want held", ok, err)
-		}
-		if l.Holder != "a" || l.Token != 1 || !l.ExpiresAt.After(l.Now) {
-			t.Fatalf("held answer = %+v; want holder a, token 1, expiry after now", l)
-		}
-		if l.Remaining() <= 0 || l.Remaining() > ttl {
-			t.Fatalf("remaining = %v, want in (0, %v]", l.Remaining(), ttl)
-		}
-	}
-	// The same owner cannot take its own held lease twice either.
-	if _, ok, err := b.Acquire(ctx, "k", "a", ttl); err != nil || ok {
-		t.Fatalf("second acquire by the holder = %v, %v; want held", ok, err)
-	}
-	mustRelease(t, b, "k", "a", 1)
-	if second := mustAcquire(t, b, "k", "b", ttl); second.Token != 2 {
-		t.Fatalf("second term's token = %d, want 2", second.Token)
-	}
-}
-
-func TestStaleRenewAndReleaseChangeNothing(t *testing.T) {
-	t.Parallel()
-	b, _ := newBackend(t)
-	ctx := context.Background()
-
-	old := mustAcquire(t, b, "k", "a", ttl)
-	mustRelease(t, b, "k", "a", old.Token)
-	cur := mustAcquire(t, b, "k", "b", ttl)
-	before, err := b.Lease(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	stale := []struct {
-		name  string
-		owner string
-		token int64
-	}{
-		{"old term", "a", old.Token},
-		{"holder with old token", "b", old.Token},
-		{"other owner with current token", "a", cur.Token},
-		{"future token", "b", cur.Token + 1},
-	}
-	for _, s := range stale {
-		if _, err := b.Renew(ctx, "k", s.owner, s.token, 5*time.Minute); !errors.Is(err, pgleader.ErrLost) {
-			t.Errorf("%s: renew err = %v, want ErrLost", s.name, err)
-		}
-		if ok, err := b.Release(ctx, "k", s.owner, s.token); err != nil || ok {
-			t.Errorf("%s: release = %v, %v; want false", s.name, ok, err)
-		}
-	}
-	after, err := b.Lease(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.Holder != before.Holder || after.Token != before.Token ||
-		!after.ExpiresAt.Equal(before.ExpiresAt) || !after.RenewedAt.Equal(before.RenewedAt) {
-		t.Fatalf("stale calls changed the lease: before %+v, after %+v", before, after)
-	}
-}
-
 // TestExpiryUsesDatabaseClock shows that expiry is decided by the database's
 // clock at the moment each statement runs: a lease taken late in a long
 // transaction expires TTL after that moment (clock_timestamp), not after the
-// transaction's start (now()), and a candidate wins exactly when the
-// database's clock passes the expiry it reported.
+// transaction's start (now()). That a candidate wins exactly when the
+// backend's clock passes the reported expiry is in the contract suite
+// (backendtest, subtest Expiry).
 func TestExpiryUsesDatabaseClock(t *testing.T) {
 	t.Parallel()
-	b, db := newBackend(t)
+	_, db := newBackend(t)
 	ctx := context.Background()
 
 	tx, err := db.Pool.Begin(ctx)
@@ -212,34 +95,11 @@ func TestExpiryUsesDatabaseClock(t *testing.T) {
 	if err := tx.QueryRow(ctx, `SELECT pgleader.holds('k', $1)`, l.Token).Scan(&holds); err != nil || !holds {
 		t.Fatalf("holds inside the long transaction = %v, %v; want true", holds, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// Outside: a candidate fails while the database clock is before the
-	// expiry and wins once it is past it.
-	held, err := b.Lease(ctx, "k")
-	if err != nil || !held.Held() {
-		t.Fatalf("lease = %+v, %v; want held", held, err)
-	}
-	for {
-		got, ok, err := b.Acquire(ctx, "k", "b", ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			if got.Now.Before(held.ExpiresAt) {
-				t.Fatalf("won at %v, before the expiry %v", got.Now, held.ExpiresAt)
-			}
-			break
-		}
-		if !got.Now.Before(held.ExpiresAt) {
-			t.Fatalf("refused at %v, at or after the expiry %v", got.Now, held.ExpiresAt)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
+// TestAdvanceAfterLostLeaseData: after the lease rows are deleted, the
+// counter restarts at 0 and advance moves it past the store's floor. The
+// rest of Advance's contract is in the suite (backendtest, subtest Advance).
 func TestAdvanceAfterLostLeaseData(t *testing.T) {
 	t.Parallel()
 	b, db := newBackend(t)
@@ -255,53 +115,20 @@ func TestAdvanceAfterLostLeaseData(t *testing.T) {
 	if l, err := b.Lease(ctx, "k"); err != nil || l.Token != 0 {
 		t.Fatalf("after losing the data: %+v, %v; want token 0", l, err)
 	}
-
 	ok, counter, err := b.Advance(ctx, "k", 50)
 	if err != nil || !ok || counter != 50 {
 		t.Fatalf("advance(50) = %v, %d, %v; want true, 50", ok, counter, err)
 	}
-	l := mustAcquire(t, b, "k", "a", ttl)
-	if l.Token != 51 {
+	if l := mustAcquire(t, b, "k", "a", ttl); l.Token != 51 {
 		t.Fatalf("token after advance(50) = %d, want 51", l.Token)
-	}
-
-	// While held, advance changes nothing, however high the floor.
-	ok, counter, err = b.Advance(ctx, "k", 1000)
-	if err != nil || ok || counter != 51 {
-		t.Fatalf("advance while held = %v, %d, %v; want false, 51", ok, counter, err)
-	}
-	if _, err := b.Renew(ctx, "k", "a", 51, ttl); err != nil {
-		t.Fatalf("the holder lost its lease to advance: %v", err)
-	}
-	mustRelease(t, b, "k", "a", 51)
-
-	// Never down.
-	ok, counter, err = b.Advance(ctx, "k", 10)
-	if err != nil || !ok || counter != 51 {
-		t.Fatalf("advance(10) after 51 = %v, %d, %v; want true, 51", ok, counter, err)
-	}
-	if l := mustAcquire(t, b, "k", "a", ttl); l.Token != 52 {
-		t.Fatalf("token = %d, want 52", l.Token)
-	}
-
-	// On an expired lease advance applies, and the expired term is gone.
-	mustRelease(t, b, "k", "a", 52)
-	short := mustAcquire(t, b, "k", "a", 50*time.Millisecond)
-	waitFree(t, b, "k")
-	if ok, counter, err := b.Advance(ctx, "k", 70); err != nil || !ok || counter != 70 {
-		t.Fatalf("advance on expired lease = %v, %d, %v; want true, 70", ok, counter, err)
-	}
-	if _, err := b.Renew(ctx, "k", "a", short.Token, ttl); !errors.Is(err, pgleader.ErrLost) {
-		t.Fatalf("expired term renewed after advance: %v", err)
-	}
-	if l := mustAcquire(t, b, "k", "b", ttl); l.Token != 71 {
-		t.Fatalf("token = %d, want 71", l.Token)
 	}
 }
 
 // TestAcquireRace has 16 candidates on their own connections compete for one
 // key, round after round; between rounds the winner releases or its lease
-// expires. Every round must have exactly one winner, with a new token.
+// expires. Every round must have exactly one winner, with a new token. The
+// suite's race (backendtest, subtest AcquireRace) shares one pool; this one
+// gives every candidate a session of its own, so the row lock decides.
 func TestAcquireRace(t *testing.T) {
 	t.Parallel()
 	const (

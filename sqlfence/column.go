@@ -37,6 +37,17 @@ type Column struct {
 	KeyColumn string
 	// FenceColumn names the integer column that holds the row's fence.
 	FenceColumn string
+	// Create makes Claim and Write create the row when no row has the key,
+	// in the same statement (INSERT … ON CONFLICT (key) DO UPDATE … WHERE
+	// the fence check), and Floor answer 0 for a missing row, as for a NULL
+	// fence. The new row gets the key, the fence and the Write's
+	// assignments; every other column its default, so a NOT NULL column
+	// without one must be assigned. It needs a primary key or unique index
+	// on KeyColumn alone. Of sessions that create one row at once, exactly
+	// one inserts it and the others go through the fence check against it,
+	// so two claims of one token still let exactly one through. Without
+	// Create (the default), a missing row is [ErrNotFound].
+	Create bool
 }
 
 // Assignment is one column = value pair of a [Column.Write]. The column is
@@ -60,13 +71,17 @@ func Set(column string, value any) Assignment {
 //	UPDATE table SET fence = $token WHERE key = $key AND (fence IS NULL OR fence < $token)
 //
 // It returns a [*StaleError] (matching [ErrFenced]) if the fence was not
-// lower, and an error matching [ErrNotFound] if no row has the key.
+// lower, and an error matching [ErrNotFound] if no row has the key (with
+// [Column.Create], it inserts the row with the fence at token instead).
 func (c Column) Claim(ctx context.Context, db Querier, key any, token int64) error {
 	if err := c.check(key, token); err != nil {
 		return err
 	}
 	sql := fmt.Sprintf(`UPDATE %s SET %s = $2 WHERE %s = $1 AND (%[2]s IS NULL OR %[2]s < $2)`,
 		c.Table.Sanitize(), ident(c.FenceColumn), ident(c.KeyColumn))
+	if c.Create {
+		sql = c.upsert(nil, "<")
+	}
 	return c.exec(ctx, db, "claim", sql, []any{key, token}, true)
 }
 
@@ -81,20 +96,24 @@ func (c Column) Claim(ctx context.Context, db Querier, key any, token int64) err
 //
 // With no assignments it only raises the fence. It returns a [*StaleError]
 // (matching [ErrFenced]) if a higher token has written the row, and an error
-// matching [ErrNotFound] if no row has the key. An assignment to the fence
-// column, or two to one column, is [ErrInvalid].
+// matching [ErrNotFound] if no row has the key (with [Column.Create], it
+// inserts the row instead). An assignment to the fence column, or two to one
+// column, is [ErrInvalid].
 func (c Column) Write(ctx context.Context, db Querier, key any, token int64, set ...Assignment) error {
 	if err := c.check(key, token); err != nil {
 		return err
 	}
 	var b strings.Builder
 	args := []any{key, token}
-	seen := map[string]bool{c.FenceColumn: true}
+	seen := map[string]bool{c.FenceColumn: true, c.KeyColumn: c.Create}
 	for _, a := range set {
 		if err := checkName("column", a.Column, maxIdentLen); err != nil {
 			return err
 		}
 		if seen[a.Column] {
+			if c.Create && a.Column == c.KeyColumn {
+				return invalidf("column %q is the key column, which Create sets", a.Column)
+			}
 			return invalidf("column %q is assigned twice, or is the fence column", a.Column)
 		}
 		seen[a.Column] = true
@@ -103,13 +122,37 @@ func (c Column) Write(ctx context.Context, db Querier, key any, token int64, set
 	}
 	sql := fmt.Sprintf(`UPDATE %s SET %s%s = $2 WHERE %s = $1 AND (%[3]s IS NULL OR %[3]s <= $2)`,
 		c.Table.Sanitize(), b.String(), ident(c.FenceColumn), ident(c.KeyColumn))
+	if c.Create {
+		sql = c.upsert(set, "<=")
+	}
 	return c.exec(ctx, db, "write", sql, args, false)
+}
+
+// upsert is Claim's or Write's statement for [Column.Create]: insert the
+// row, or, if one has the key, update it where the stored fence is lower
+// than (op "<") or at most (op "<=") the token. Its arguments are the
+// key, the token and then set's values.
+func (c Column) upsert(set []Assignment, op string) string {
+	cols := []string{ident(c.KeyColumn), ident(c.FenceColumn)}
+	vals := []string{"$1", "$2"}
+	updates := []string{ident(c.FenceColumn) + " = EXCLUDED." + ident(c.FenceColumn)}
+	for i, a := range set {
+		cols = append(cols, ident(a.Column))
+		vals = append(vals, "$"+strconv.Itoa(i+3))
+		updates = append(updates, ident(a.Column)+" = EXCLUDED."+ident(a.Column))
+	}
+	// The row's own alias keeps the WHERE unambiguous whatever the table
+	// is called.
+	return fmt.Sprintf(`INSERT INTO %s AS t (%s) VALUES (%s) ON CONFLICT (%s) DO UPDATE SET %s WHERE t.%s IS NULL OR t.%[6]s %s $2`,
+		c.Table.Sanitize(), strings.Join(cols, ", "), strings.Join(vals, ", "), ident(c.KeyColumn),
+		strings.Join(updates, ", "), ident(c.FenceColumn), op)
 }
 
 // Floor reads the row's fence, the highest token that claimed or wrote it
 // (0 while it is NULL). Read while the lease is free, it is the floor to
 // advance the lease's token counter past after the lease data was lost. It
-// returns an error matching [ErrNotFound] if no row has the key.
+// returns an error matching [ErrNotFound] if no row has the key, or 0 with
+// [Column.Create].
 func (c Column) Floor(ctx context.Context, db Querier, key any) (int64, error) {
 	if err := c.checkNames(); err != nil {
 		return 0, err
@@ -122,6 +165,9 @@ func (c Column) Floor(ctx context.Context, db Querier, key any) (int64, error) {
 	var fence *int64
 	if err := db.QueryRow(ctx, sql, key).Scan(&fence); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
+			if c.Create {
+				return 0, nil
+			}
 			return 0, fmt.Errorf("%w: %s", ErrNotFound, c.resource(key))
 		}
 		return 0, userError("floor "+c.name(), err)
@@ -139,6 +185,11 @@ func (c Column) exec(ctx context.Context, db Querier, op, sql string, args []any
 	key, token := args[0], args[1].(int64)
 	tag, err := db.Exec(ctx, sql, args...)
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if c.Create && errors.As(err, &pgErr) && pgErr.Code == "42P10" {
+			return invalidf("%s %s: Create needs a primary key or unique index on %q alone: %s",
+				op, c.name(), c.KeyColumn, pgErr.Message)
+		}
 		return userError(op+" "+c.name(), err)
 	}
 	if tag.RowsAffected() > 0 {

@@ -30,7 +30,10 @@
 // fence <= token. Guarantee: once a term has claimed or written a row, no
 // lower token changes that row through these methods; of two holders of
 // the same token (possible only after the lease data was lost) exactly one
-// claims. It covers that one row and that one statement.
+// claims. It covers that one row and that one statement. With
+// [Column.Create] the row is created by the first claim or write (an
+// INSERT … ON CONFLICT DO UPDATE with the same check), with the same
+// guarantee.
 //
 // 2. Fenced transaction ([Guard]): a guard row per resource in
 // pgleader.fence, taken inside the caller's transaction. Guarantee: every

@@ -46,3 +46,31 @@ func ExampleColumn() {
 	// term 1 must stop; the row is at 2
 	// pod-b #1 at fence 2
 }
+
+// With Create, a term's first write creates the row: no row has to be
+// inserted before the first election, and Floor reads a missing row as 0.
+func ExampleColumn_create() {
+	pool, cleanup := exampleDB()
+	defer cleanup()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `CREATE TABLE digests (name text PRIMARY KEY, body text NOT NULL, fence bigint)`)
+	must(err)
+
+	digests := sqlfence.Column{Table: pgx.Identifier{"digests"}, KeyColumn: "name", FenceColumn: "fence", Create: true}
+
+	floor, err := digests.Floor(ctx, pool, "daily")
+	must(err)
+	fmt.Println("floor before the first term:", floor)
+
+	must(digests.Write(ctx, pool, "daily", 1, sqlfence.Set("body", "pod-a #1"))) // inserts the row
+	must(digests.Write(ctx, pool, "daily", 2, sqlfence.Set("body", "pod-b #1"))) // updates it
+	fmt.Println(digests.Write(ctx, pool, "daily", 1, sqlfence.Set("body", "pod-a #2")))
+
+	var body string
+	must(pool.QueryRow(ctx, `SELECT body FROM digests WHERE name = 'daily'`).Scan(&body))
+	fmt.Println(body)
+	// Output:
+	// floor before the first term: 0
+	// sqlfence: resource "digests/daily" fenced: token 1 is stale, stored fence is 2
+	// pod-b #1
+}

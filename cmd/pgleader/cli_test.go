@@ -32,6 +32,7 @@ func TestCLI(t *testing.T) {
 	}{
 		{"Usage", testUsage},
 		{"Migrate", testMigrate},
+		{"MigrateTo", testMigrateTo},
 		{"MigrateConcurrently", testMigrateConcurrently},
 		{"StatusAndAdvance", testStatusAndAdvance},
 		{"AdvanceRange", testAdvanceRange},
@@ -76,8 +77,14 @@ func testUsage(t *testing.T, bin string) {
 	}{
 		{nil, 2, "no command given"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"migrate"}, 2, "want one of up, down or version"},
+		{[]string{"migrate"}, 2, "want one of up, down, version or to VERSION"},
 		{[]string{"migrate", "sideways"}, 2, `unknown action "sideways"`},
+		{[]string{"migrate", "to"}, 2, fmt.Sprintf("to needs a VERSION from 1 to %d", migrations.Latest)},
+		{[]string{"migrate", "to", "0"}, 2, fmt.Sprintf(`VERSION must be a whole number from 1 to %d, got "0"`, migrations.Latest)},
+		{[]string{"migrate", "to", fmt.Sprint(migrations.Latest + 1)}, 2, fmt.Sprintf(`VERSION must be a whole number from 1 to %d, got "%d"`, migrations.Latest, migrations.Latest+1)},
+		{[]string{"migrate", "to", "-1"}, 2, fmt.Sprintf(`from 1 to %d, got "-1"`, migrations.Latest)},
+		{[]string{"migrate", "to", "three"}, 2, fmt.Sprintf(`from 1 to %d, got "three"`, migrations.Latest)},
+		{[]string{"migrate", "to", "2", "3"}, 2, "want one of up, down, version or to VERSION"},
 		{[]string{"migrate", "down"}, 2, "add --yes to confirm"},
 		{[]string{"status"}, 2, "no database: pass --database URL or set DATABASE_URL"},
 		{[]string{"status", "a", "b"}, 2, "want at most one KEY"},
@@ -129,6 +136,36 @@ func testMigrate(t *testing.T, bin string) {
 	code, _, stderr := runCLI(t, bin, env, "status")
 	if code != 1 || !strings.Contains(stderr, "run 'pgleader migrate up'") {
 		t.Fatalf("status without the schema: status %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// testMigrateTo migrates an empty database to each version, up and down:
+// down only with --yes, and a refused step changes nothing.
+func testMigrateTo(t *testing.T, bin string) {
+	db := pgtest.NewEmpty(t)
+	env := []string{"DATABASE_URL=" + db.URL}
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"migrate", "to", "2"}, fmt.Sprintf("schema version 2 (this pgleader ships %d)\n", migrations.Latest)},
+		{[]string{"migrate", "to", "2"}, fmt.Sprintf("schema version 2 (this pgleader ships %d)\n", migrations.Latest)},
+		{[]string{"migrate", "to", "4"}, fmt.Sprintf("schema version 4 (this pgleader ships %d)\n", migrations.Latest)},
+		{[]string{"migrate", "--yes", "to", "1"}, fmt.Sprintf("schema version 1 (this pgleader ships %d)\n", migrations.Latest)},
+		{[]string{"migrate", "up"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)},
+	} {
+		code, stdout, stderr := runCLI(t, bin, env, step.args...)
+		if code != 0 || stdout != step.want {
+			t.Fatalf("pgleader %q: status %d, stdout %q, stderr:\n%s\nwant 0 and %q", step.args, code, stdout, stderr, step.want)
+		}
+	}
+	code, _, stderr := runCLI(t, bin, env, "migrate", "to", "3")
+	if want := fmt.Sprintf("to 3 reverts versions 4 to %d and drops", migrations.Latest); code != 2 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "add --yes") {
+		t.Fatalf("migrate to 3 from %d without --yes: status %d, stderr:\n%s\nwant 2 and a request for --yes", migrations.Latest, code, stderr)
+	}
+	want := fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)
+	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != want {
+		t.Fatalf("after a refused migrate to 3: status %d, %q; want %q", code, stdout, want)
 	}
 }
 

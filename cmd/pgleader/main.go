@@ -4,7 +4,7 @@
 // schema, shows the leases, advances a key's token counter, and runs a
 // command as a singleton, only while this replica holds the key's lease.
 //
-//	pgleader migrate up|down|version
+//	pgleader migrate up|down|version|to VERSION
 //	pgleader status [KEY]
 //	pgleader advance KEY FLOOR
 //	pgleader grant ROLE
@@ -34,7 +34,7 @@ import (
 const mainUsage = `pgleader runs a command on exactly one replica at a time, with the lease in PostgreSQL.
 
 Usage:
-  pgleader migrate [--database URL] [--yes] up|down|version
+  pgleader migrate [--database URL] [--yes] up|down|version|to VERSION
   pgleader status  [--database URL] [KEY]
   pgleader advance [--database URL] KEY FLOOR
   pgleader resign  [--database URL] [--token N] KEY

@@ -5,16 +5,20 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/pgleader/pgleader/migrations"
 )
 
-const migrateUsage = `Usage: pgleader migrate [--database URL] [--yes] up|down|version
+const migrateUsage = `Usage: pgleader migrate [--database URL] [--yes] up|down|version|to VERSION
 
   up       apply every pgleader migration not yet applied (safe to repeat,
            and to run from several replicas at once)
   down     revert them all: drops the schema "pgleader" with every lease,
            token counter and fence in it; needs --yes
+  to N     migrate up or down to version N (1 to the version this pgleader
+           ships); going down reverts what the later versions added, and
+           needs --yes
   version  print the applied schema version; exits 1 if the last migration
            failed half-way (dirty)
 
@@ -25,17 +29,14 @@ application's own golang-migrate history.
 func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate", migrateUsage, stderr)
 	db := databaseFlag(fs)
-	yes := fs.Bool("yes", false, "confirm 'down', which drops every lease and token counter")
+	yes := fs.Bool("yes", false, "confirm 'down', which drops every lease and token counter, or 'to' a lower version")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usagef("migrate", "want one of up, down or version, got %q", pos)
-	}
-	action := pos[0]
-	if action != "up" && action != "down" && action != "version" {
-		return usagef("migrate", "unknown action %q (want up, down or version)", action)
+	action, target, err := migrateAction(pos)
+	if err != nil {
+		return err
 	}
 	if action == "down" && !*yes {
 		return usagef("migrate", "down drops the schema \"pgleader\" with every lease and token counter; add --yes to confirm")
@@ -61,6 +62,21 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 		if err := migrations.Down(ctx, pool); err != nil {
 			return err
 		}
+	case "to":
+		current, _, err := migrations.Version(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if target < current && !*yes {
+			reverted := fmt.Sprintf("versions %d to %d", target+1, current)
+			if target+1 == current {
+				reverted = fmt.Sprintf("version %d", current)
+			}
+			return usagef("migrate", "to %d reverts %s and drops what it added; add --yes to confirm", target, reverted)
+		}
+		if err := migrations.To(ctx, pool, target); err != nil {
+			return err
+		}
 	}
 	version, dirty, err := migrations.Version(ctx, pool)
 	if err != nil {
@@ -72,4 +88,27 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 			version, migrations.HistoryTable)
 	}
 	return nil
+}
+
+// migrateAction checks migrate's arguments: one of up, down or version, or
+// to and a version from 1 to migrations.Latest.
+func migrateAction(pos []string) (action string, target uint, err error) {
+	if len(pos) == 2 && pos[0] == "to" {
+		n, err := strconv.ParseUint(pos[1], 10, 32)
+		if err != nil || n < 1 || n > uint64(migrations.Latest) {
+			return "", 0, usagef("migrate", "to: VERSION must be a whole number from 1 to %d, got %q (down --yes reverts every version)", migrations.Latest, pos[1])
+		}
+		return "to", uint(n), nil
+	}
+	if len(pos) == 1 && pos[0] == "to" {
+		return "", 0, usagef("migrate", "to needs a VERSION from 1 to %d", migrations.Latest)
+	}
+	if len(pos) != 1 {
+		return "", 0, usagef("migrate", "want one of up, down, version or to VERSION, got %q", pos)
+	}
+	switch pos[0] {
+	case "up", "down", "version":
+		return pos[0], 0, nil
+	}
+	return "", 0, usagef("migrate", "unknown action %q (want up, down, version or to VERSION)", pos[0])
 }

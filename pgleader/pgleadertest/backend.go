@@ -42,8 +42,12 @@ type Event struct {
 	Expires time.Time
 }
 
-// Backend is an in-memory pgleader.Backend and pgleader.Advancer, with the
-// same semantics as the PostgreSQL one. It is safe for concurrent use.
+// Backend is an in-memory pgleader.Backend, pgleader.Advancer,
+// pgleader.FloorAcquirer and pgleader.Watcher, with the same semantics as
+// the PostgreSQL one: both pass the suite of package
+// github.com/pgleader/pgleader/pgleader/backendtest. It delivers a release
+// event to the key's watchers before Release returns. It is safe for
+// concurrent use.
 type Backend struct {
 	mu      sync.Mutex
 	leases  map[string]*row
