@@ -401,6 +401,14 @@ func TestAppRoleGrants(t *testing.T) {
 		}
 	}
 
+	// Sets: replicas insert, update and delete their membership rows.
+	for _, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE"} {
+		var ok bool
+		if err := app.QueryRow(ctx, `SELECT has_table_privilege('pgleader.set_member', $1)`, priv).Scan(&ok); err != nil || !ok {
+			t.Errorf("%s on pgleader.set_member as %s: %v %v", priv, role, ok, err)
+		}
+	}
+
 	// Granting takes the schema's owner.
 	_, err = app.Exec(ctx, `SELECT pgleader.grant_usage($1)`, role)
 	wantCode(t, "grant_usage by the app role", err, "42501", "owner")
