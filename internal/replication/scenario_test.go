@@ -92,7 +92,11 @@ func exec1(t *testing.T, url, sql string, args ...any) {
 }
 
 // version is one schema under test, in a database of its own on the same
-// servers: 3 (before the grace) must show the violation, 4 must not.
+// servers: 3 (before the grace) must show the violation, 4 (the grace) must
+// not. Both are the latest schema, which the Go client needs; "3" has the
+// grace switched off by replacing pgleader._grace with a function that
+// never starts one, which is how every lease operation behaved before
+// version 4.
 type version struct {
 	v    uint
 	db   string
@@ -105,18 +109,21 @@ type version struct {
 	promotedAt time.Time
 }
 
-// prepare creates v's database on the primary at addr, migrates it to v.v
-// with max_ttl = TTL (version 4), and creates the fenced table.
+// prepare creates v's database on the primary at addr, migrates it with
+// max_ttl = TTL (and, for "version 3", no grace), and creates the fenced
+// table.
 func (v *version) prepare(t *testing.T, addr string) {
 	t.Helper()
 	ctx := context.Background()
 	exec1(t, dbURL(addr, "postgres"), "CREATE DATABASE "+v.db)
 	url := dbURL(addr, v.db)
-	if err := migrations.ToURL(ctx, url, v.v); err != nil {
+	if err := migrations.ToURL(ctx, url, migrations.Latest); err != nil {
 		t.Fatal(err)
 	}
-	if v.v >= 4 {
-		exec1(t, url, `SELECT pgleader.set_max_ttl($1::interval)`, spec.TTL.String())
+	exec1(t, url, `SELECT pgleader.set_max_ttl($1::interval)`, spec.TTL.String())
+	if v.v < 4 {
+		exec1(t, url, `CREATE OR REPLACE FUNCTION pgleader._grace(OUT grace_until timestamptz, OUT max_ttl interval, OUT max_clock_offset interval)
+			LANGUAGE sql AS $$ SELECT '-infinity'::timestamptz, s.max_ttl, s.max_clock_offset FROM pgleader.settings AS s $$`)
 	}
 	exec1(t, url, `CREATE TABLE digest (id int PRIMARY KEY, fence bigint NOT NULL, n bigint NOT NULL);
 		INSERT INTO digest VALUES (1, 0, 0)`)
