@@ -12,6 +12,10 @@
  * answered, at the instant it is sent; a fault may instead lose it, fail
  * it, or delay it (or its answer) for any number of ticks. The body's
  * choices (write, return) are never urgent.
+ *
+ * With -DFAILOVER the database fails over once (or crash-recovers) to a
+ * copy of its rows taken at an earlier instant, and the new server's grace
+ * (migrations/0004_grace.up.sql) applies.
  */
 #include "spec.pml"
 
@@ -70,6 +74,44 @@
 #ifdef MUTANT_MARGIN0          /* Margin 0 (the clocks still drift) */
 #undef MARGIN
 #define MARGIN 0
+#endif
+
+/* ---- failover (design rule 5, migrations/0004_grace.up.sql) ---- */
+#if MAX_TTL < TTL
+#error "acquire and renew refuse a TTL above max_ttl"
+#endif
+#ifdef FAILOVER                /* one crash recovery or promotion per run */
+#ifndef FO_END
+#define FO_END TMAX            /* the failover may happen only before this tick */
+#endif
+#if TMAX + MAX_TTL > 31
+#error "TMAX + MAX_TTL must fit in 5 bits"
+#endif
+#ifdef STORE_SAME              /* the store is on the failed server: its rows roll back too */
+#if FENCE0 != 0
+#error "STORE_SAME takes maxClaimed = fence, which needs FENCE0 = 0"
+#endif
+#ifdef STRICT_P2               /* P2 without the exception for a token drawn twice (fails) */
+#define REDRAWN(t) 0
+#else
+#define REDRAWN(t) (fo == FO_DONE && (t) <= foMax)
+#endif
+#else                          /* the store is elsewhere and keeps its rows */
+#define REDRAWN(t) 0
+#endif
+#ifdef MUTANT_NO_GRACE         /* the grace removed: acquire grants at once, renew as before */
+#define INGRACE 0
+#else
+#define INGRACE (fo == FO_DONE && (epochEmpty || now < graceUntil))
+#endif
+#else
+#define INGRACE 0
+#define REDRAWN(t) 0
+#endif
+#ifdef MUTANT_NO_OFFSET        /* renew in the grace ignores max_clock_offset */
+#define GRACE_OFFSET 0
+#else
+#define GRACE_OFFSET MAX_CLOCK_OFFSET
 #endif
 
 /* ---- replica states (Run in pgleader/elector.go) ---- */
@@ -155,6 +197,23 @@ unsigned maxSeqW : W5;    /* P2: latest term, by acquisition, with an accepted w
 unsigned fenceSeq : W5;   /* P2: the term whose write set the fence */
 bit wiped;                /* the lease row was lost during the run */
 bit led;                  /* P4: a claim was accepted since the last tick */
+#ifdef FAILOVER
+#define FO_NONE 0
+#define FO_COPY 1                 /* the standby's copy is taken: rows after it are lost */
+#define FO_DONE 2                 /* failed over: the new server runs from the copy */
+unsigned fo : 2;
+bit epochEmpty;           /* pgleader.server_epoch is empty: the next acquire or renew notices */
+unsigned graceUntil : W5; /* server_epoch.grace_until (0 once the grace is over) */
+unsigned cHolder : 2;     /* the copy of the lease row */
+unsigned cToken : W5;
+unsigned cExpires : W5;
+unsigned foMax : W5;      /* P3: the highest token the old server issued */
+#ifdef STORE_SAME
+unsigned cFence : W5;     /* the copy of the store, and P2's ghosts with it */
+unsigned cFenceSeq : W5;
+unsigned cMaxSeqW : W5;
+#endif
+#endif
 unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 
 #define YAT(i)  (r[i].tb + YIELD_AT)
@@ -163,6 +222,12 @@ unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 #define FAULTS  (now < FAULT_END)
 #define BUDGET  (FAULTS && faults < FAULT_BUDGET)
 #define FREE    (holder == 0 || expires <= now)
+#ifdef FAILOVER
+#define FAILED  (fo == FO_DONE)
+#else
+#define FAILED  0
+#define foMax   0
+#endif
 
 /* Term.Live: the term has not begun to end and the clock is before Y. */
 #define LIVE(i) (r[i].st == LEAD && !r[i].ending && (!TIMELINE || r[i].lc < YAT(i)))
@@ -208,34 +273,51 @@ unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 	fi; \
 	assert(cond)
 
-/* P1: while the lease row is intact no two bodies are in their windows at
- * once, and a body that is not paused acts only inside its window. */
+/* P1: while the lease row is intact (a failover included) no two bodies
+ * are in their windows at once, and a body that is not paused acts only
+ * inside its window. */
 #define CHECK_P1 \
 	PROP(1, wiped || COUNT(INWIN) <= 1); \
 	PROP(1, !ANY(RUNS_OUTSIDE))
 
 /* ---- the database runs replica i's statement (migrations/0001_lease.up.sql) ---- */
 inline dbExec(i) {
+#if defined(FAILOVER) && !defined(MUTANT_NO_GRACE)
+	/* _grace: the first acquire or renew on the new server notices */
+	if
+	:: fo == FO_DONE && epochEmpty && (r[i].req == R_ACQ || r[i].req == R_RENEW) ->
+		epochEmpty = false; graceUntil = now + MAX_TTL;
+		printf("t%d db: grace until t%d\n", now, graceUntil)
+	:: else
+	fi;
+#endif
 	if
 	:: r[i].req == R_ACQ ->
 		if
-		:: FREE ->
+		:: FREE && !INGRACE ->
 			/* P0: the model's own bounds (5-bit tokens and counters) */
 			PROP(0, ltoken < 31 && r[i].reqArg < 31 && seqN < 31);
 			ltoken = (ltoken > r[i].reqArg -> ltoken : r[i].reqArg) + 1;
 			holder = i + 1; expires = now + TTL; seqN++;
-			/* P3: issued tokens strictly increase (lease row intact). */
+			/* P3: issued tokens strictly increase (lease row intact), on
+			 * each server: after a failover the new server draws from its
+			 * copy of the counter, so a token the old one issued may be
+			 * issued again (docs/ha.md, Tokens). */
 			PROP(3, wiped || ltoken > maxIssued);
 			maxIssued = (ltoken > maxIssued -> ltoken : maxIssued);
 			r[i].rep = P_WON; r[i].repTok = ltoken; r[i].repSeq = seqN;
 			printf("t%d db: acquire r%d floor=%d -> token %d, expires %d\n", now, i, r[i].reqArg, ltoken, expires)
 		:: else ->
 			r[i].rep = P_BUSY;
-			printf("t%d db: acquire r%d -> held\n", now, i)
+			if
+			:: FREE -> printf("t%d db: acquire r%d -> grace\n", now, i)
+			:: else -> printf("t%d db: acquire r%d -> held\n", now, i)
+			fi
 		fi
 	:: r[i].req == R_RENEW ->
 		if
-		:: holder == i + 1 && ltoken == r[i].reqArg && expires > now ->
+		:: holder == i + 1 && ltoken == r[i].reqArg && expires > now &&
+		   (!INGRACE || expires > now + GRACE_OFFSET) ->
 			expires = now + TTL; r[i].rep = P_OK;
 			printf("t%d db: renew r%d token %d -> expires %d\n", now, i, r[i].reqArg, expires)
 		:: else ->
@@ -265,9 +347,12 @@ inline storeExec(i) {
 		/* P2: no write of a term after a later term's first write.
 		 * While the lease row is intact, later means acquired later;
 		 * after it was lost, only a higher token can mean later, and
-		 * one token must not write for two terms. */
-		PROP(2, wiped || r[i].wrSeq >= maxSeqW);
-		PROP(2, r[i].wrTok > fence || (r[i].wrTok == fence && r[i].wrSeq == fenceSeq));
+		 * one token must not write for two terms. After a failover that
+		 * rolled the store back too (STORE_SAME), a token the old server
+		 * issued (REDRAWN) may be drawn again for a later term, and the
+		 * store cannot tell the two terms apart: that pair is exempt. */
+		PROP(2, wiped || r[i].wrSeq >= maxSeqW || REDRAWN(r[i].wrTok));
+		PROP(2, r[i].wrTok > fence || (r[i].wrTok == fence && (r[i].wrSeq == fenceSeq || REDRAWN(r[i].wrTok))));
 		maxSeqW = (r[i].wrSeq > maxSeqW -> r[i].wrSeq : maxSeqW);
 		fenceSeq = r[i].wrSeq;
 		fence = r[i].wrTok;
@@ -285,8 +370,10 @@ inline storeExec(i) {
 		:: r[i].wr == W_CLAIM -> printf("t%d store: claim r%d token %d refused, fence %d\n", now, i, r[i].wrTok, fence)
 		:: else -> printf("t%d store: write r%d token %d refused, fence %d\n", now, i, r[i].wrTok, fence)
 		fi;
-		/* P5: the fence never refuses a live term (lease row intact). */
-		PROP(5, wiped || !live)
+		/* P5: the fence never refuses a live term (lease row intact),
+		 * except one whose token the old server had issued before a
+		 * failover (docs/ha.md, Tokens: the second holder is refused). */
+		PROP(5, wiped || !live || (FAILED && r[i].wrTok <= foMax))
 	fi;
 	if
 	:: r[i].st == LEAD && r[i].tseq == r[i].wrSeq ->
@@ -466,6 +553,43 @@ inline tickClock(i) {
 	fi
 }
 
+#ifdef FAILOVER
+/* The primary dies (or crashes) and the new server (the promoted standby,
+ * or the same one after crash recovery) runs from the copy: rows written
+ * after it are lost, server_epoch is empty, and its clock reads OFF ticks
+ * behind the old one's (|OFF| <= MAX_CLOCK_OFFSET), so the expiry the old
+ * server stamped reads OFF ticks later. Statements in flight to the old
+ * server are lost with their connections; from here on every statement
+ * reaches the new server. */
+#define FAILOVER_TO(OFF) \
+	:: d_step { fo == FO_COPY && now < FO_END -> \
+		holder = cHolder; ltoken = cToken; \
+		expires = (cHolder != 0 -> cExpires + (OFF) : 0); \
+		foMax = maxIssued; maxIssued = ltoken; \
+		STORE_ROLLBACK; \
+		r[0].req = R_NONE; r[0].reqArg = 0; r[1].req = R_NONE; r[1].reqArg = 0; \
+		DROP_REQ_3; \
+		fo = FO_DONE; epochEmpty = true; cHolder = 0; cToken = 0; cExpires = 0; \
+		printf("t%d db: failover: the new server has the copy, token %d, its clock %d behind\n", now, ltoken, OFF); \
+		CHECK_P1 }
+#ifdef STORE_SAME
+#define STORE_ROLLBACK \
+	fence = cFence; fenceSeq = cFenceSeq; maxSeqW = cMaxSeqW; maxClaimed = cFence; \
+	cFence = 0; cFenceSeq = 0; cMaxSeqW = 0; \
+	r[0].wr = W_NONE; r[0].wrTok = 0; r[0].wrSeq = 0; r[1].wr = W_NONE; r[1].wrTok = 0; r[1].wrSeq = 0; \
+	DROP_WR_3
+#else
+#define STORE_ROLLBACK skip
+#endif
+#if NR == 3
+#define DROP_REQ_3 r[2].req = R_NONE; r[2].reqArg = 0
+#define DROP_WR_3  r[2].wr = W_NONE; r[2].wrTok = 0; r[2].wrSeq = 0
+#else
+#define DROP_REQ_3 skip
+#define DROP_WR_3  skip
+#endif
+#endif
+
 proctype Clock() {
 end:
 	do
@@ -477,7 +601,7 @@ end:
 			:: led || ANY(LEADING) -> p4 = 0
 			:: else ->
 				if
-				:: FREE && ANY(CANDIDATE) -> p4++
+				:: FREE && !INGRACE && ANY(CANDIDATE) -> p4++
 				:: else
 				fi
 			fi;
@@ -486,11 +610,28 @@ end:
 		fi;
 		led = false;
 		now++;
+#ifdef FAILOVER
+		if
+		:: graceUntil != 0 && now >= graceUntil -> graceUntil = 0
+		:: else
+		fi;
+#endif
 		tickClock(0); tickClock(1);
 #if NR == 3
 		tickClock(2);
 #endif
 		CHECK_P1 }
+#ifdef FAILOVER
+	:: d_step { fo == FO_NONE && now < FO_END ->
+		fo = FO_COPY; cHolder = holder; cToken = ltoken; cExpires = expires;
+#ifdef STORE_SAME
+		cFence = fence; cFenceSeq = fenceSeq; cMaxSeqW = maxSeqW;
+#endif
+		printf("t%d db: the standby has everything up to here\n", now) }
+	FAILOVER_TO(0)
+	FAILOVER_TO(1)
+	FAILOVER_TO(-1)
+#endif
 #ifdef WIPE
 	:: d_step { BUDGET && !wiped ->
 		fault(); holder = 0; ltoken = 0; expires = 0; wiped = true;

@@ -11,7 +11,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -265,5 +267,98 @@ func TestModelUsesTimeline(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// lastDefinition returns the body of the last definition of the SQL
+// function name (e.g. "pgleader.acquire(") in the up migrations, in order,
+// and the file it is in.
+func lastDefinition(t *testing.T, name string) (body, file string) {
+	t.Helper()
+	files, err := filepath.Glob("../migrations/*.up.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no up migrations: %v", err)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(src)
+		for {
+			i := strings.Index(text, "FUNCTION "+name)
+			if i < 0 {
+				break
+			}
+			text = text[i:]
+			end := strings.Index(text, "\n$$;")
+			if end < 0 {
+				t.Fatalf("%s: %s has no end", f, name)
+			}
+			body, file = text[:end], f
+			text = text[end:]
+		}
+	}
+	if body == "" {
+		t.Fatalf("no migration defines %s", name)
+	}
+	return body, file
+}
+
+// TestGraceMatchesMigration: the failover grace lease.pml models is the one
+// the latest migrations define: the grace runs max_ttl from the first
+// lease operation that finds server_epoch empty, acquire grants nothing
+// during it unless the lease is free of a live term first, renew then needs
+// the expiry more than max_clock_offset away, and both refuse a TTL above
+// max_ttl. MAX_TTL is the TTL (docs/ha.md: max_ttl = the longest TTL in
+// use), and both settings are values set_max_ttl and set_max_clock_offset
+// accept.
+func TestGraceMatchesMigration(t *testing.T) {
+	for _, c := range []struct{ fn, want string }{
+		{"pgleader._grace(", "VALUES (clock_timestamp(), clock_timestamp() + max_ttl)"},
+		{"pgleader.acquire(", "IF r.holder IS NOT NULL AND r.expires_at > t THEN"},
+		{"pgleader.acquire(", "IF t < g.grace_until THEN"},
+		{"pgleader.acquire(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
+		{"pgleader.renew(", "AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)"},
+		{"pgleader.renew(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
+	} {
+		body, file := lastDefinition(t, c.fn)
+		if !strings.Contains(body, c.want) {
+			t.Errorf("%s (%s) no longer has %q: update lease.pml's grace and this test", c.fn, file, c.want)
+		}
+	}
+	// acquire answers "held" before "grace": the model's busy branch.
+	body, _ := lastDefinition(t, "pgleader.acquire(")
+	if strings.Index(body, "r.expires_at > t THEN") > strings.Index(body, "t < g.grace_until THEN") {
+		t.Error("acquire checks the grace before the holder; lease.pml checks the holder first")
+	}
+
+	src, err := os.ReadFile("lease.pml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"graceUntil = now + MAX_TTL",
+		":: FREE && !INGRACE ->",
+		"(!INGRACE || expires > now + GRACE_OFFSET)",
+		"#define GRACE_OFFSET MAX_CLOCK_OFFSET",
+		"#if MAX_TTL < TTL",
+	} {
+		if !strings.Contains(string(src), want) {
+			t.Errorf("lease.pml lacks %q", want)
+		}
+	}
+
+	defs := defines(t, "spec.pml")
+	tick := time.Duration(need(t, defs, "TICK_MS")) * time.Millisecond
+	if maxTTL, ttl := need(t, defs, "MAX_TTL"), need(t, defs, "TTL"); maxTTL != ttl {
+		t.Errorf("spec.pml MAX_TTL = %d ticks, TTL = %d: docs/ha.md sets max_ttl to the longest TTL in use", maxTTL, ttl)
+	}
+	if d := time.Duration(need(t, defs, "MAX_TTL")) * tick; d < 100*time.Millisecond || d > 24*time.Hour {
+		t.Errorf("MAX_TTL = %v: set_max_ttl accepts 100 ms to 24 h", d)
+	}
+	if d := time.Duration(need(t, defs, "MAX_CLOCK_OFFSET")) * tick; d < 0 || d > time.Hour {
+		t.Errorf("MAX_CLOCK_OFFSET = %v: set_max_clock_offset accepts 0 to 1 h", d)
 	}
 }

@@ -26,3 +26,13 @@
 #define SAFE_END   (TTL - MARGIN)
 #define CANCEL_AT  (SAFE_END - RELEASE_TIMEOUT)
 #define YIELD_AT   (CANCEL_AT - YIELD_GRACE)
+
+/*
+ * The failover grace (migrations/0004_grace.up.sql), in ticks. MAX_TTL is
+ * pgleader.settings.max_ttl set as docs/ha.md advises, to the longest TTL
+ * in use: here the one TTL (set_max_ttl('6 seconds')). MAX_CLOCK_OFFSET is
+ * max_clock_offset set to one tick (set_max_clock_offset('500 ms')); the
+ * model's servers are at most that far apart.
+ */
+#define MAX_TTL          TTL
+#define MAX_CLOCK_OFFSET 1
