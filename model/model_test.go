@@ -320,8 +320,10 @@ func TestGraceMatchesMigration(t *testing.T) {
 		{"pgleader.acquire(", "IF r.holder IS NOT NULL AND r.expires_at > t THEN"},
 		{"pgleader.acquire(", "IF t < g.grace_until THEN"},
 		{"pgleader.acquire(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
-		{"pgleader.renew(", "AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)"},
-		{"pgleader.renew(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
+		// From version 5, renew is renew_term's expiry; the Go client calls renew_term.
+		{"pgleader.renew(", "pgleader.renew_term(p_key, p_owner, p_token, p_ttl)"},
+		{"pgleader.renew_term(", "AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)"},
+		{"pgleader.renew_term(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
 	} {
 		body, file := lastDefinition(t, c.fn)
 		if !strings.Contains(body, c.want) {
