@@ -35,7 +35,7 @@ func (d *DB) PgbouncerWithLog(t testing.TB) (string, func() string) {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
-		for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"} {
+		for _, p := range pgbouncerPaths {
 			if _, statErr := os.Stat(p); statErr == nil {
 				bin, err = p, nil
 				break
@@ -139,6 +139,10 @@ pidfile = %s
 		}
 	}
 }
+
+// pgbouncerPaths are where pgbouncer is looked for when it is not on the
+// PATH (Debian installs it in /usr/sbin).
+var pgbouncerPaths = []string{"/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"}
 
 // RequirePgbouncer names the environment variable that turns a missing
 // pgbouncer from a skip into a failure.
