@@ -78,11 +78,10 @@ type Set struct {
 
 	running sync.Mutex
 
-	mu      sync.Mutex
-	keys    map[string]struct{}
-	status  SetStatus
-	live    map[string]*Term // terms with no end reason yet, for Terms
-	lastErr error
+	mu     sync.Mutex
+	keys   map[string]struct{}
+	status SetStatus
+	live   map[string]*Term // terms with no end reason yet, for Terms
 }
 
 // NewSet validates spec and opts and returns a Set over backend (for
