@@ -24,6 +24,9 @@ const waitTimeout = 15 * time.Second
 // createRole creates a LOGIN role with a unique name, and drops it (and
 // whatever it owns or was granted in db) when the test ends. Roles are
 // cluster-wide, so the name is random.
+// rolePassword is every test role's password.
+const rolePassword = "pgleader-test"
+
 func createRole(t *testing.T, db *pgtest.DB) string {
 	t.Helper()
 	b := make([]byte, 6)
@@ -31,7 +34,9 @@ func createRole(t *testing.T, db *pgtest.DB) string {
 		t.Fatal(err)
 	}
 	role := "pgleader_test_role_" + hex.EncodeToString(b)
-	mustExec(t, db.Pool, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN")
+	// A password, for servers that ask for one (testcontainers' image
+	// trusts only local connections); a trusting server ignores it.
+	mustExec(t, db.Pool, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN PASSWORD '"+rolePassword+"'")
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_, _ = db.Pool.Exec(ctx, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
@@ -49,7 +54,7 @@ func urlAs(t *testing.T, db *pgtest.DB, role string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.User = url.User(role)
+	u.User = url.UserPassword(role, rolePassword)
 	return u.String()
 }
 
