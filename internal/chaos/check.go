@@ -180,7 +180,7 @@ func Check(events []Event, tables Tables, spec pgleader.Spec) *Report {
 	checkMonotonic(r, tables)
 	checkLostOrder(r, tables.Units, lost, fs)
 	checkContiguous(r, tables.Units, lost)
-	checkRecovery(r, events, tables.Units)
+	checkRecovery(r, events, all)
 	r.Failovers = failoverFigures(fs, terms, all)
 	return r
 }
@@ -478,8 +478,11 @@ func checkContiguous(r *Report, units, lost []Unit) {
 }
 
 // checkRecovery: property 4. After each heal, some unit must be accepted
-// within TTL + CampaignEvery.
+// within TTL + CampaignEvery. A unit lost in a later failover counts: it was
+// accepted.
 func checkRecovery(r *Report, events []Event, units []Unit) {
+	units = slices.Clone(units)
+	slices.SortStableFunc(units, func(a, b Unit) int { return a.LoggedAt.Compare(b.LoggedAt) })
 	for _, e := range events {
 		if e.Kind != KindHeal {
 			continue
