@@ -94,7 +94,9 @@ func lostTerm(fs []failover, e Event, lastChange map[string]time.Time) bool {
 }
 
 // FailoverFigure is what one failover cost: from the promotion to the
-// next term's acquisition, and to that term's first accepted unit.
+// next term's acquisition, and to the first unit accepted from a term
+// begun after the promotion (the next term's, unless its claim was
+// refused or it failed before writing).
 type FailoverFigure struct {
 	// Old and New name the failed primary and the promoted standby.
 	Old, New string

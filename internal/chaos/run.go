@@ -93,10 +93,10 @@ func (r *Report) Summary(w io.Writer) {
 		fmt.Fprintf(w, "failovers:           %d (lost with the failed primary, excused: %d acknowledged units, %d won terms)\n",
 			len(r.Failovers), r.LostUnits, r.LostTerms)
 		leader, write := r.FailoverTimes()
-		fmt.Fprintf(w, "  promotion → next term:        %s\n", leader)
-		fmt.Fprintf(w, "  promotion → its first write:  %s\n", write)
+		fmt.Fprintf(w, "  promotion → next term:                  %s\n", leader)
+		fmt.Fprintf(w, "  promotion → a new term's first write:   %s\n", write)
 		for _, f := range r.Failovers {
-			fmt.Fprintf(w, "  %s → %s promoted %s: next term after %s, its first write after %s\n", f.Old, f.New,
+			fmt.Fprintf(w, "  %s → %s promoted %s: next term after %s, a new term's first write after %s\n", f.Old, f.New,
 				fmtTime(f.Promoted), fmtDur(f.ToLeader), fmtDur(f.ToWrite))
 		}
 	}
