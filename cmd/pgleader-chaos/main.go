@@ -9,7 +9,9 @@
 // postgres://postgres@127.0.0.1:5432/postgres), dropped at the end, and
 // never restarts that server. With -own-cluster it creates a throwaway
 // cluster (initdb into a temporary directory), may restart it, and deletes
-// it at the end.
+// it at the end; if failover is among the faults, the cluster is a primary
+// with an asynchronous standby (pg_basebackup), and each failover builds
+// the next standby from the new primary.
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,7 +42,7 @@ var (
 	seed        = flag.Uint64("seed", 0, "the scheduler's seed (0: a random one, printed)")
 	replicas    = flag.Int("replicas", 3, "number of replicas")
 	processes   = flag.Bool("processes", false, "run each replica as an OS process (paused with SIGSTOP)")
-	ownCluster  = flag.Bool("own-cluster", false, "use a throwaway PostgreSQL cluster, and restart it as a fault")
+	ownCluster  = flag.Bool("own-cluster", false, "use a throwaway PostgreSQL cluster (with a standby), and restart it or fail it over as a fault")
 	pgBin       = flag.String("pg-bin", "", "directory of initdb and pg_ctl for -own-cluster (default: found)")
 	ttl         = flag.Duration("ttl", 3*time.Second, "lease TTL; the other timings follow the recipe's ratios")
 	faults      = flag.String("faults", "", "comma-separated fault kinds (default: all); kinds: "+strings.Join(chaos.AllFaults, ","))
@@ -98,17 +101,23 @@ func run(ctx context.Context) (int, error) {
 				return 2, err
 			}
 		}
-		cluster, err := chaos.StartCluster(ctx, bin)
-		if err != nil {
-			return 2, err
-		}
-		defer func() {
-			if err := cluster.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "pgleader-chaos: stop the cluster:", err)
+		if cfg.Faults == nil || slices.Contains(cfg.Faults, chaos.FaultFailover) {
+			cluster, err := chaos.StartReplicated(ctx, bin, chaos.ClusterOptions{})
+			if err != nil {
+				return 2, err
 			}
-		}()
-		fmt.Printf("own cluster in %s\n", cluster.Dir())
-		cfg.URL, cfg.Restart = cluster.URL(), cluster.Restart
+			defer stopCluster(cluster)
+			fmt.Printf("own cluster in %s (%s, with a standby)\n", cluster.Dir(), cluster.Primary())
+			cfg.URL, cfg.Restart, cfg.Cluster = cluster.URL(), cluster.Restart, cluster
+		} else {
+			cluster, err := chaos.StartCluster(ctx, bin)
+			if err != nil {
+				return 2, err
+			}
+			defer stopCluster(cluster)
+			fmt.Printf("own cluster in %s\n", cluster.Dir())
+			cfg.URL, cfg.Restart = cluster.URL(), cluster.Restart
+		}
 	} else {
 		server := os.Getenv("DATABASE_URL")
 		if server == "" {
@@ -124,7 +133,8 @@ func run(ctx context.Context) (int, error) {
 	if err := migrations.UpURL(ctx, cfg.URL); err != nil {
 		return 2, err
 	}
-	// A crash restart's grace (docs/ha.md) lasts max_ttl: keep it to the TTL.
+	// The grace after a crash restart or a promotion (docs/ha.md) lasts
+	// max_ttl: keep it to the TTL. The standby replays the setting.
 	if err := setMaxTTL(ctx, cfg.URL, *ttl); err != nil {
 		return 2, err
 	}
@@ -156,6 +166,12 @@ func run(ctx context.Context) (int, error) {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+func stopCluster(c interface{ Stop() error }) {
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgleader-chaos: stop the cluster:", err)
+	}
 }
 
 func setMaxTTL(ctx context.Context, url string, ttl time.Duration) error {

@@ -3,13 +3,17 @@ package chaos_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgleader/pgleader/internal/chaos"
 	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/migrations"
 )
 
 // CI's short seeded runs. A failure prints the seed and the checker's
@@ -17,8 +21,9 @@ import (
 
 func shortRun(t *testing.T, cfg chaos.Config) *chaos.Outcome {
 	t.Helper()
-	db := pgtest.New(t)
-	cfg.URL = db.URL
+	if cfg.URL == "" {
+		cfg.URL = pgtest.New(t).URL
+	}
 	cfg.Spec = fastSpec()
 	cfg.NoFloor, cfg.PollOnly = []int{2}, []int{1}
 	var log strings.Builder
@@ -63,4 +68,44 @@ func TestChaosShort(t *testing.T) {
 func TestChaosProcesses(t *testing.T) {
 	shortRun(t, chaos.Config{Seed: 7, Duration: 20 * time.Second, Faults: everyFaultBut(chaos.FaultPGRestart),
 		HarnessConfig: chaos.HarnessConfig{Command: []string{os.Args[0]}}})
+}
+
+// TestChaosFailover runs three goroutine replicas for 12s on a cluster of
+// the test's own, a primary with an asynchronous standby, failing it over
+// (replication cut up to a TTL before the primary is killed, so
+// acknowledged rows are lost) among crashes and wipes. It needs the
+// PostgreSQL server binaries, pg_basebackup among them.
+func TestChaosFailover(t *testing.T) {
+	bin, err := chaos.FindPostgresBin()
+	if err == nil {
+		_, err = os.Stat(filepath.Join(bin, "pg_basebackup"))
+	}
+	if err != nil {
+		t.Skipf("skipping: %v (install the PostgreSQL server package)", err)
+	}
+	ctx := context.Background()
+	cluster, err := chaos.StartReplicated(ctx, bin, chaos.ClusterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	url := cluster.URL()
+	if err := migrations.UpURL(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	// The grace after a promotion lasts max_ttl: keep it to the TTL.
+	db, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec(ctx, `SELECT pgleader.set_max_ttl($1::interval)`, fastSpec().TTL.String())
+	db.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := shortRun(t, chaos.Config{HarnessConfig: chaos.HarnessConfig{URL: url}, Seed: 3, Duration: 12 * time.Second,
+		Faults: []string{chaos.FaultFailover, chaos.FaultCrash, chaos.FaultWipe}, Restart: cluster.Restart, Cluster: cluster})
+	if len(out.Report.Failovers) == 0 {
+		t.Fatalf("seed 3: no failover happened: %+v", out.Report)
+	}
 }

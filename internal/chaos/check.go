@@ -64,6 +64,13 @@ type Report struct {
 	// ended because the replica was paused between its Live check and the
 	// write: the limit documented by pgleader, which the fence orders.
 	LateAfterPause int
+	// LostUnits counts acknowledged units lost with a failed primary, and
+	// LostTerms won terms lost with it (see failover.go): excused, and
+	// checked as part of that server's history.
+	LostUnits, LostTerms int
+	// Failovers is, for each failover, how long until the next term began
+	// and until it wrote.
+	Failovers []FailoverFigure
 	// Recoveries is, for each heal, how long until a unit was accepted.
 	Recoveries []time.Duration
 	// RecoveryBound is TTL + CampaignEvery.
@@ -163,23 +170,33 @@ func Check(events []Event, tables Tables, spec pgleader.Spec) *Report {
 	}
 	r.Writes, r.CommitTimes = len(tables.Units), tables.CommitTimes
 
-	terms := buildTerms(r, events, tables.Changes)
+	fs := failovers(events)
+	terms := buildTerms(r, events, tables.Changes, fs)
 	r.Terms = len(terms)
+	lost := lostUnits(r, events, tables.Units, fs)
+	all := append(slices.Clone(tables.Units), lost...)
 	checkOverlap(r, terms)
-	checkWithinLease(r, events, tables.Units, terms)
+	checkWithinLease(r, events, all, terms)
 	checkMonotonic(r, tables)
-	checkNoLoss(r, events, tables.Units)
-	checkRecovery(r, events, tables.Units)
+	checkLostOrder(r, tables.Units, lost, fs)
+	checkContiguous(r, tables.Units, lost)
+	checkRecovery(r, events, all)
+	r.Failovers = failoverFigures(fs, terms, all)
 	return r
 }
 
 // buildTerms reconstructs every term's lease from the lease table's audit,
 // and from the replicas' acquire, renew, release and wipe events where the
-// audit does not cover them.
-func buildTerms(r *Report, events []Event, changes []LeaseChange) map[TermID]*termSpan {
+// audit does not cover them: where it has no audit, or where the audit's
+// rows may have been lost in one of the failovers fs.
+func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover) map[TermID]*termSpan {
 	terms := map[TermID]*termSpan{}
-	var cur *termSpan // the term in the lease row, as the audit walks
+	lastChange := map[string]time.Time{} // each server's last surviving change
+	var cur *termSpan                    // the term in the lease row, as the audit walks
 	for _, c := range changes {
+		if c.Server != "" {
+			lastChange[c.Server] = maxTime(lastChange[c.Server], c.At)
+		}
 		oldID := TermID{c.OldHolder, c.OldToken, instant(c.OldAcquired)}
 		newID := TermID{c.NewHolder, c.NewToken, instant(c.NewAcquired)}
 		if c.OldHolder != "" && cur != nil && cur.id == oldID {
@@ -210,7 +227,10 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange) map[TermID]*te
 		case e.Kind == KindAcquire && e.Result == OK:
 			t := terms[e.termID()]
 			if t == nil {
-				if audited {
+				switch {
+				case audited && lostTerm(fs, e, lastChange):
+					r.LostTerms++
+				case audited:
 					r.violate(PropLease, "%s won term %s, which the lease table never recorded", e.Owner, fmtTerm(e.termID()))
 				}
 				t = &termSpan{id: e.termID()}
@@ -230,7 +250,10 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange) map[TermID]*te
 		switch {
 		case e.Kind == KindRenew && e.Result == OK:
 			t.expires = maxTime(t.expires, e.Expires)
-		case e.Kind == KindRelease && e.Result == OK && !t.audited:
+		case e.Kind == KindRelease && e.Result == OK && (!t.audited || unended(t) && mayBeLost(fs, e.Sent)):
+			// The release's commit time is on the server; its send is the
+			// best the replica knows (for a release lost in a failover, at
+			// most its round trip early).
 			at := e.DB
 			if at.IsZero() {
 				at = e.Sent
@@ -239,17 +262,17 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange) map[TermID]*te
 		}
 	}
 	for _, t := range terms {
-		if t.audited {
-			continue
-		}
 		for _, w := range wipes {
-			if w.After(t.id.Start) && w.Before(t.end()) {
+			if (!t.audited || unended(t) && mayBeLost(fs, w)) && w.After(t.id.Start) && w.Before(t.end()) {
 				t.wiped = w
 			}
 		}
 	}
 	return terms
 }
+
+// unended reports whether the audit recorded no release or wipe of t.
+func unended(t *termSpan) bool { return t.released.IsZero() && t.wiped.IsZero() }
 
 func sortedTerms(terms map[TermID]*termSpan) []*termSpan {
 	list := make([]*termSpan, 0, len(terms))
@@ -279,10 +302,14 @@ func checkOverlap(r *Report, terms map[TermID]*termSpan) {
 
 // checkWithinLease: property 1b, on the accepted units.
 func checkWithinLease(r *Report, events []Event, units []Unit, terms map[TermID]*termSpan) {
-	writes := map[int64]Event{}
+	type key struct {
+		term TermID
+		seq  int
+	}
+	writes := map[key]Event{} // by term and seq: a lost unit's id may be drawn again
 	for _, e := range events {
 		if e.Kind == KindWrite && e.Result == OK {
-			writes[e.ID] = e
+			writes[key{e.termID(), e.Seq}] = e
 		}
 	}
 	wrote := map[TermID]bool{}
@@ -306,7 +333,7 @@ func checkWithinLease(r *Report, events []Event, units []Unit, terms map[TermID]
 			continue
 		}
 		late := at.Sub(end)
-		if e, ok := writes[u.ID]; ok && e.Sent.Sub(e.Checked) >= late {
+		if e, ok := writes[key{u.termID(), u.Seq}]; ok && e.Sent.Sub(e.Checked) >= late {
 			r.LateAfterPause++
 			continue
 		}
@@ -326,18 +353,7 @@ func checkMonotonic(r *Report, tables Tables) {
 	for i := range tables.Units {
 		u := &tables.Units[i]
 		if prev != nil {
-			switch {
-			case u.Token < prev.Token:
-				r.violate(PropMonotonic, "unit %d with token %d (term %s) was accepted after unit %d with token %d (term %s)",
-					u.ID, u.Token, fmtTerm(u.termID()), prev.ID, prev.Token, fmtTerm(prev.termID()))
-			case u.Token == prev.Token && u.termID() != prev.termID():
-				r.violate(PropMonotonic, "two terms with token %d both wrote: unit %d of %s follows unit %d of %s",
-					u.Token, u.ID, fmtTerm(u.termID()), prev.ID, fmtTerm(prev.termID()))
-			}
-			if u.LoggedAt.Before(prev.LoggedAt) || (tables.CommitTimes && u.Committed.Before(prev.Committed)) {
-				r.violate(PropMonotonic, "units %d and %d are not in commit order (logged %s then %s; committed %s then %s)",
-					prev.ID, u.ID, fmtTime(prev.LoggedAt), fmtTime(u.LoggedAt), fmtTime(prev.Committed), fmtTime(u.Committed))
-			}
+			checkPair(r, prev, u, tables.CommitTimes, "")
 		}
 		prev = u
 	}
@@ -346,35 +362,127 @@ func checkMonotonic(r *Report, tables Tables) {
 	}
 }
 
-// checkNoLoss: property 3.
-func checkNoLoss(r *Report, events []Event, units []Unit) {
-	byID := make(map[int64]*Unit, len(units))
-	for i := range units {
-		byID[units[i].ID] = &units[i]
+// checkPair checks that u may follow prev in commit order; note describes
+// u if it is not in the log.
+func checkPair(r *Report, prev, u *Unit, commitTimes bool, note string) {
+	switch {
+	case u.Token < prev.Token:
+		r.violate(PropMonotonic, "unit %d with token %d (term %s)%s was accepted after unit %d with token %d (term %s)",
+			u.ID, u.Token, fmtTerm(u.termID()), note, prev.ID, prev.Token, fmtTerm(prev.termID()))
+	case u.Token == prev.Token && u.termID() != prev.termID():
+		r.violate(PropMonotonic, "two terms with token %d both wrote: unit %d of %s%s follows unit %d of %s",
+			u.Token, u.ID, fmtTerm(u.termID()), note, prev.ID, fmtTerm(prev.termID()))
 	}
+	if u.LoggedAt.Before(prev.LoggedAt) || (commitTimes && u.Committed.Before(prev.Committed)) {
+		r.violate(PropMonotonic, "units %d and %d%s are not in commit order (logged %s then %s; committed %s then %s)",
+			prev.ID, u.ID, note, fmtTime(prev.LoggedAt), fmtTime(u.LoggedAt), fmtTime(prev.Committed), fmtTime(u.Committed))
+	}
+}
+
+// checkLostOrder: property 2 on each failed server's own history. When it
+// was killed, a server held the log's units that it and the servers before
+// it accepted, then the units lost with it; those must follow in order.
+func checkLostOrder(r *Report, units, lost []Unit, fs []failover) {
+	for k, f := range fs {
+		before := map[string]bool{}
+		for _, g := range fs[:k+1] {
+			before[g.old] = true
+		}
+		var prev *Unit
+		for i := range units {
+			if before[units[i].Server] {
+				prev = &units[i]
+			}
+		}
+		var mine []Unit
+		for _, u := range lost {
+			if u.Server == f.old {
+				mine = append(mine, u)
+			}
+		}
+		slices.SortFunc(mine, func(a, b Unit) int { return cmp.Or(a.LoggedAt.Compare(b.LoggedAt), cmp.Compare(a.ID, b.ID)) })
+		for i := range mine {
+			u := &mine[i]
+			if prev != nil {
+				checkPair(r, prev, u, false, " (lost with "+f.old+")")
+			}
+			prev = u
+		}
+	}
+}
+
+// lostUnits: property 3's first half. Every acknowledged unit must be in
+// the log under its row id, unless it was lost in a failover (lostUnit);
+// it returns those, as units of the server that accepted them.
+func lostUnits(r *Report, events []Event, units []Unit, fs []failover) []Unit {
+	byID := make(map[int64]*Unit, len(units))
+	survivors := map[string]*Unit{} // each server's last unit in the log
+	for i := range units {
+		u := &units[i]
+		byID[u.ID] = u
+		if u.Server != "" {
+			survivors[u.Server] = u
+		}
+	}
+	var lost []Unit
 	for _, e := range events {
 		if e.Kind != KindWrite || e.Result != OK {
 			continue
 		}
 		u := byID[e.ID]
-		if u == nil || u.termID() != e.termID() || u.Seq != e.Seq {
-			r.violate(PropNoLoss, "%s's unit seq %d of term %s was acknowledged as row %d, which the log does not hold",
-				e.Owner, e.Seq, fmtTerm(e.termID()), e.ID)
+		if u != nil && u.termID() == e.termID() && u.Seq == e.Seq {
+			continue
 		}
+		if lostUnit(fs, e, survivors) {
+			r.LostUnits++
+			lost = append(lost, Unit{ID: e.ID, Owner: e.Owner, Token: e.Token, TermStart: e.Term, Seq: e.Seq, Server: e.Server, LoggedAt: e.DB})
+			continue
+		}
+		r.violate(PropNoLoss, "%s's unit seq %d of term %s was acknowledged as row %d%s, which the log does not hold",
+			e.Owner, e.Seq, fmtTerm(e.termID()), e.ID, onServer(e.Server))
+	}
+	return lost
+}
+
+func onServer(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " by " + s
+}
+
+// checkContiguous: property 3's second half. Each term's units, in the log
+// and lost in a failover, are numbered 1, 2, 3, … with no gap and no
+// repeat, and the log holds them in that order.
+func checkContiguous(r *Report, units, lost []Unit) {
+	type key struct {
+		term TermID
+		seq  int
+	}
+	gone := map[key]bool{}
+	for _, u := range lost {
+		gone[key{u.termID(), u.Seq}] = true
 	}
 	next := map[TermID]int{}
 	for _, u := range units {
-		want := next[u.termID()] + 1
-		if u.Seq != want {
-			r.violate(PropNoLoss, "term %s logged seq %d where seq %d was due (unit %d)", fmtTerm(u.termID()), u.Seq, want, u.ID)
+		id := u.termID()
+		want := next[id] + 1
+		for gone[key{id, want}] {
+			want++
 		}
-		next[u.termID()] = max(u.Seq, next[u.termID()])
+		if u.Seq != want {
+			r.violate(PropNoLoss, "term %s logged seq %d where seq %d was due (unit %d)", fmtTerm(id), u.Seq, want, u.ID)
+		}
+		next[id] = max(u.Seq, next[id])
 	}
 }
 
 // checkRecovery: property 4. After each heal, some unit must be accepted
-// within TTL + CampaignEvery.
+// within TTL + CampaignEvery. A unit lost in a later failover counts: it was
+// accepted.
 func checkRecovery(r *Report, events []Event, units []Unit) {
+	units = slices.Clone(units)
+	slices.SortStableFunc(units, func(a, b Unit) int { return a.LoggedAt.Compare(b.LoggedAt) })
 	for _, e := range events {
 		if e.Kind != KindHeal {
 			continue
@@ -395,22 +503,25 @@ func checkRecovery(r *Report, events []Event, units []Unit) {
 }
 
 // graceEnd returns when the server's grace (docs/ha.md) after the last
-// crash restart before heal ends at the latest, or the zero time. The run
-// sets max_ttl to the TTL; the restart itself (down for at most TTL/2, then
-// started) is allowed graceStart. A crash restart grants no new term for
-// max_ttl from the server's first lease operation after it.
+// crash restart or failover before heal ends at the latest, or the zero
+// time. The run sets max_ttl to the TTL; the restart itself (down for at
+// most TTL/2, then started) is allowed graceStart, and so is the first
+// lease operation on a promoted server after the paths moved to it. A
+// crash restart or a promotion grants no new term for max_ttl from the
+// server's first lease operation after it.
 func graceEnd(events []Event, heal time.Time, ttlPlus time.Duration) time.Time {
 	var end time.Time
 	for _, f := range events {
-		if f.Kind == KindFault && f.Fault == FaultPGRestart && strings.HasPrefix(f.Detail, "immediate=true") && f.Local.Before(heal) {
-			end = f.Local.Add(graceStart + ttlPlus)
+		crash := f.Kind == KindFault && f.Fault == FaultPGRestart && strings.HasPrefix(f.Detail, "immediate=true")
+		if (crash || f.Kind == KindFailover) && f.Local.Before(heal) {
+			end = maxTime(end, f.Local.Add(graceStart+ttlPlus))
 		}
 	}
 	return end
 }
 
-// graceStart bounds how long after a crash restart's fault event the
-// server notices its grace: down time plus start-up.
+// graceStart bounds how long after a crash restart's fault event, or a
+// failover's move of the paths, the server notices its grace.
 const graceStart = 10 * time.Second
 
 func fmtTime(t time.Time) string {

@@ -38,8 +38,12 @@
 // goroutine mode, SIGSTOP in process mode; "in a unit" catches the body
 // between its Live check and its write), lease wipes, a zombie (the leader
 // paused inside a unit while its lease is wiped), and, with a [Cluster] of
-// the run's own, restarts of PostgreSQL. It injects them in phases, heals
-// everything between phases, and waits for a leader to write again.
+// the run's own, restarts of PostgreSQL; with a [Replicated] cluster,
+// failovers: replication cut, the primary killed, the standby promoted,
+// every proxy moved to it (the server's grace, docs/ha.md, then holds new
+// terms back), and a new standby built that the next failover waits for.
+// It injects them in phases, heals everything between phases, and waits
+// for a leader to write again.
 //
 // # The properties
 //
@@ -57,7 +61,15 @@
 //     two terms of one token both write.
 //  3. Every acknowledged unit is in the log, and each term's units are
 //     contiguous from 1.
-//  4. After every heal, a unit is accepted within TTL + CampaignEvery.
+//  4. After every heal, a unit is accepted within TTL + CampaignEvery
+//     (after a crash restart or a failover, once the server's grace is
+//     over).
+//
+// After a failover, the checker excuses the rows that asynchronous
+// replication loses, and only those: an acknowledged unit or a won term
+// that a failed-over server committed after everything that survived from
+// it. It checks them still: lost units for 1b, 2 (in the lost server's own
+// history) and 3's numbering, lost terms for 1 (see failover.go).
 //
 // The checker is shown to fail: its tests break the store (a write without
 // the fence condition) and the yield (hook.NoYield), and feed it

@@ -78,6 +78,7 @@ type Harness struct {
 	spec   pgleader.Spec
 	hist   *History
 	admin  *pgxpool.Pool
+	via    *tcpproxy.Proxy // the admin pool's way to the database
 	runID  string
 	slots  []*slot
 	closed bool
@@ -124,12 +125,18 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 		return nil, fmt.Errorf("chaos: the database must be reached over TCP to be proxied, got host %q", pcfg.ConnConfig.Host)
 	}
 	target := net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port)))
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "chaos-harness"
-	admin, err := pgxpool.NewWithConfig(ctx, pcfg)
+	via, err := tcpproxy.Start(target)
 	if err != nil {
 		return nil, err
 	}
-	h := &Harness{cfg: cfg, spec: spec, hist: &History{}, admin: admin, runID: randomID()}
+	pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Fallbacks = "127.0.0.1", via.Port(), nil
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "chaos-harness"
+	admin, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		via.Close()
+		return nil, err
+	}
+	h := &Harness{cfg: cfg, spec: spec, hist: &History{}, admin: admin, via: via, runID: randomID()}
 	if err := Setup(ctx, admin, spec.Key); err != nil {
 		h.Close()
 		return nil, err
@@ -422,9 +429,28 @@ func (h *Harness) HealAll(ctx context.Context) (time.Time, error) {
 	return at, nil
 }
 
-// Tables reads what the checker needs from the database.
-func (h *Harness) Tables(ctx context.Context) (Tables, error) {
-	return ReadTables(ctx, h.admin, h.spec.Key)
+// Retarget moves every path to the database (the replicas' and the
+// harness's own) to the server at addr, closing their connections, as a
+// failover moves the primary's address. Partitions in force stay in force.
+func (h *Harness) Retarget(addr string) {
+	h.via.Retarget(addr)
+	for _, s := range h.slots {
+		s.lease.Retarget(addr)
+		s.store.Retarget(addr)
+	}
+}
+
+// Tables reads what the checker needs from the database. It tries three
+// times: after a failover the pool may still hold connections to the lost
+// server.
+func (h *Harness) Tables(ctx context.Context) (t Tables, err error) {
+	for try := 0; try < 3; try++ {
+		if t, err = ReadTables(ctx, h.admin, h.spec.Key); err == nil {
+			return t, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return t, err
 }
 
 // StopAll stops every replica gracefully, for good: Start does nothing
@@ -457,4 +483,5 @@ func (h *Harness) Close() {
 		}
 	}
 	h.admin.Close()
+	h.via.Close()
 }

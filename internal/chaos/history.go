@@ -27,6 +27,10 @@ const (
 	KindFaultUp Kind = "fault-end"
 	KindWipe    Kind = "wipe" // the lease rows were deleted, at DB
 	KindHeal    Kind = "heal" // every fault healed, at DB: a leader must be back soon
+	// KindFailover: the primary Prev was killed (from Sent) and the standby
+	// Server promoted (its clock read DB just after); every proxy had moved
+	// to Server by Local, so a statement sent after Local reaches only it.
+	KindFailover Kind = "failover"
 )
 
 // Result is an operation's outcome.
@@ -64,8 +68,13 @@ type Event struct {
 	Sent    time.Time `json:"sent,omitzero"`
 	Checked time.Time `json:"checked,omitzero"`
 	Fault   string    `json:"fault,omitempty"`
-	Detail  string    `json:"detail,omitempty"`
-	Err     string    `json:"err,omitempty"`
+	// Server names the server that accepted a write (the setting
+	// chaos.server of the run's own servers; "" on another server), or
+	// the promoted server of a failover; Prev the failed one.
+	Server string `json:"server,omitempty"`
+	Prev   string `json:"prev,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	Err    string `json:"err,omitempty"`
 }
 
 // TermID identifies a term: its holder, token and the database time of its

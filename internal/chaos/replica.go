@@ -154,13 +154,13 @@ func (r *replica) lead(ctx context.Context, t *pgleader.Term) error {
 			return err
 		}
 		e.Sent = time.Now()
-		id, at, ok, err := r.store.write(ctx, r.cfg.Owner, t.Token(), e.Term, seq)
+		id, at, server, ok, err := r.store.write(ctx, r.cfg.Owner, t.Token(), e.Term, seq)
 		r.gates.written()
 		switch {
 		case err != nil:
 			e.Result, e.Err = Failed, err.Error()
 		case ok:
-			e.Result, e.ID, e.DB = OK, id, at
+			e.Result, e.ID, e.DB, e.Server = OK, id, at, server
 		default:
 			e.Result = Refused
 		}

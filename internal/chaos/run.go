@@ -21,11 +21,14 @@ type Config struct {
 	// Duration is how long faults are injected, before the final heal.
 	Duration time.Duration
 	// Faults are the kinds to inject. Default AllFaults (FaultPGRestart
-	// only with Restart).
+	// only with Restart, FaultFailover only with Cluster).
 	Faults []string
 	// Restart, if set, restarts the database server: the own cluster's
 	// Restart. Never set it for a server others use.
 	Restart func(ctx context.Context, immediate bool, down time.Duration) error
+	// Cluster, if set, is the replicated cluster that URL is on (its
+	// first primary), for FaultFailover.
+	Cluster *Replicated
 	// Log receives progress lines. Default io.Discard.
 	Log io.Writer
 }
@@ -60,7 +63,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	spec := h.Spec()
 	// Let the first leader settle before the first fault.
 	wait.Sleep(ctx, spec.TTL)
-	s := NewScheduler(h, cfg.Seed, cfg.Faults, cfg.Restart, cfg.Log)
+	s := NewScheduler(h, cfg.Seed, cfg.Faults, cfg.Restart, cfg.Cluster, cfg.Log)
 	if err := s.Run(ctx, cfg.Duration); err != nil {
 		return nil, err
 	}
@@ -86,6 +89,17 @@ func (r *Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "stale writes refused: %d (claims refused %d, writes without answer %d)\n", r.StaleRefused, r.ClaimsRefused, r.WriteErrors)
 	fmt.Fprintf(w, "lease wipes:         %d (units written after their lease row was wiped: %d)\n", r.Wipes, r.WritesAfterWipe)
 	fmt.Fprintf(w, "late after a pause:  %d (units paused between Live and send, landed after the lease)\n", r.LateAfterPause)
+	if len(r.Failovers) > 0 || r.LostUnits > 0 || r.LostTerms > 0 {
+		fmt.Fprintf(w, "failovers:           %d (lost with the failed primary, excused: %d acknowledged units, %d won terms)\n",
+			len(r.Failovers), r.LostUnits, r.LostTerms)
+		leader, write := r.FailoverTimes()
+		fmt.Fprintf(w, "  promotion → next term:                  %s\n", leader)
+		fmt.Fprintf(w, "  promotion → a new term's first write:   %s\n", write)
+		for _, f := range r.Failovers {
+			fmt.Fprintf(w, "  %s → %s promoted %s: next term after %s, a new term's first write after %s\n", f.Old, f.New,
+				fmtTime(f.Promoted), fmtDur(f.ToLeader), fmtDur(f.ToWrite))
+		}
+	}
 	if len(r.Recoveries) > 0 {
 		worst := slices.Max(r.Recoveries)
 		var sum time.Duration
@@ -108,6 +122,37 @@ func (r *Report) Summary(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %s\n", v)
 	}
+}
+
+// FailoverTimes summarizes the failovers: the times from promotion to the
+// next term, and to its first accepted unit, as "p50 …, max … (n of m)".
+func (r *Report) FailoverTimes() (leader, write string) {
+	var ls, ws []time.Duration
+	for _, f := range r.Failovers {
+		if f.ToLeader > 0 {
+			ls = append(ls, f.ToLeader)
+		}
+		if f.ToWrite > 0 {
+			ws = append(ws, f.ToWrite)
+		}
+	}
+	return quantiles(ls, len(r.Failovers)), quantiles(ws, len(r.Failovers))
+}
+
+func quantiles(ds []time.Duration, of int) string {
+	if len(ds) == 0 {
+		return fmt.Sprintf("none (of %d)", of)
+	}
+	slices.Sort(ds)
+	return fmt.Sprintf("p50 %v, max %v (%d of %d failovers; the rest had none before the next failover or the end)",
+		ds[(len(ds)-1)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), len(ds), of)
+}
+
+func fmtDur(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 func counts(m map[string]int) string {

@@ -26,17 +26,18 @@ const (
 	FaultWipe        = "wipe"          // delete the lease rows
 	FaultZombie      = "zombie"        // pause the leader inside a unit, wipe, resume it
 	FaultPGRestart   = "pg-restart"    // restart PostgreSQL (own cluster only)
+	FaultFailover    = "failover"      // kill the primary, promote its standby, move every path (own cluster only)
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultStop, FaultCrash, FaultKill, FaultDrop, FaultBlackhole, FaultDelay, FaultDrip,
-	FaultPause, FaultPauseInUnit, FaultWipe, FaultZombie, FaultPGRestart}
+	FaultPause, FaultPauseInUnit, FaultWipe, FaultZombie, FaultPGRestart, FaultFailover}
 
 // faultWeights make the frequent faults frequent; process-level faults and
 // restarts of the server are rarer.
 var faultWeights = map[string]int{
 	FaultStop: 2, FaultCrash: 2, FaultKill: 3, FaultDrop: 3, FaultBlackhole: 3, FaultDelay: 3, FaultDrip: 2,
-	FaultPause: 3, FaultPauseInUnit: 2, FaultWipe: 2, FaultZombie: 2, FaultPGRestart: 1,
+	FaultPause: 3, FaultPauseInUnit: 2, FaultWipe: 2, FaultZombie: 2, FaultPGRestart: 1, FaultFailover: 1,
 }
 
 // Scheduler injects faults at random into a Harness, from a seed: the same
@@ -48,6 +49,7 @@ type Scheduler struct {
 	rng     *rand.Rand
 	faults  []string
 	restart func(ctx context.Context, immediate bool, down time.Duration) error
+	cluster *Replicated
 	log     io.Writer
 
 	mu     sync.Mutex
@@ -57,19 +59,23 @@ type Scheduler struct {
 }
 
 // NewScheduler returns a scheduler over h with the given fault kinds.
-// restart, if not nil, restarts the database server (FaultPGRestart).
-func NewScheduler(h *Harness, seed uint64, faults []string, restart func(ctx context.Context, immediate bool, down time.Duration) error, log io.Writer) *Scheduler {
+// restart, if not nil, restarts the database server (FaultPGRestart);
+// cluster, if not nil, is the replicated cluster h's database is on, which
+// FaultFailover fails over.
+func NewScheduler(h *Harness, seed uint64, faults []string, restart func(ctx context.Context, immediate bool, down time.Duration) error,
+	cluster *Replicated, log io.Writer) *Scheduler {
 	var usable []string
 	for _, f := range faults {
 		switch {
 		case f == FaultPGRestart && restart == nil:
+		case f == FaultFailover && cluster == nil:
 		case f == FaultPauseInUnit && h.Processes():
 		default:
 			usable = append(usable, f)
 		}
 	}
 	return &Scheduler{h: h, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), faults: usable,
-		restart: restart, log: log, busy: map[int]bool{}}
+		restart: restart, cluster: cluster, log: log, busy: map[int]bool{}}
 }
 
 // maxActive bounds how many lasting faults overlap, so that the run is not
@@ -278,6 +284,8 @@ func (s *Scheduler) inject(ctx context.Context, p plan) {
 			h.Pause(r, true)
 			_, _ = h.Wipe(ctx)
 		}, func() { h.Resume(r) })
+	case FaultFailover:
+		s.failover(ctx, time.Duration(p.frac*ttl))
 	case FaultPGRestart:
 		down := time.Duration(p.frac * 0.5 * ttl)
 		s.instant(-1, p.kind, fmt.Sprintf("immediate=%v, down %v", p.immediate, down.Round(time.Millisecond)))
@@ -285,4 +293,27 @@ func (s *Scheduler) inject(ctx context.Context, p plan) {
 			fmt.Fprintf(s.log, "  pg-restart failed: %v\n", err)
 		}
 	}
+}
+
+// failover fails the cluster over, with replication cut lag before the
+// kill, and moves every path to the new primary, if a standby has caught
+// up; otherwise it does nothing. The cluster serializes failovers and
+// restarts, so at most one is in flight, and the next failover waits for
+// the standby it builds from the new primary.
+func (s *Scheduler) failover(ctx context.Context, lag time.Duration) {
+	if !s.cluster.Ready() {
+		fmt.Fprintf(s.log, "  %-13s -- skipped: no standby has caught up yet\n", FaultFailover)
+		return
+	}
+	f, ok, err := s.cluster.Failover(context.WithoutCancel(ctx), lag)
+	if !ok {
+		return
+	}
+	s.instant(-1, FaultFailover, fmt.Sprintf("replication cut %v before %s was killed; %s promoted", lag.Round(time.Millisecond), f.Old, f.New))
+	if err != nil {
+		fmt.Fprintf(s.log, "  failover failed: %v\n", err)
+		return
+	}
+	s.h.Retarget(f.Addr)
+	s.h.hist.Record(Event{Kind: KindFailover, Replica: -1, Prev: f.Old, Server: f.New, Sent: f.Killed, DB: f.Promoted})
 }

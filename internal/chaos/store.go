@@ -21,6 +21,11 @@ import (
 //   - chaos_lease_audit, every change to pgleader.lease, recorded by a
 //     trigger in the changing transaction: the lease's own history on the
 //     database clock, including renewals whose answer the replica never got.
+//
+// Both record in server the server that committed the row: the setting
+// chaos.server, which the run's own servers are started with (pg1, pg2, …),
+// so that after a failover the checker knows which rows the surviving
+// servers inherited from the one that was lost.
 const schema = `
 CREATE TABLE IF NOT EXISTS chaos_digest (name text PRIMARY KEY, body text, fence bigint);
 CREATE TABLE IF NOT EXISTS chaos_log (
@@ -29,7 +34,8 @@ CREATE TABLE IF NOT EXISTS chaos_log (
     token      bigint      NOT NULL,
     term_start timestamptz NOT NULL,
     seq        int         NOT NULL,
-    logged_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+    logged_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    server     text        DEFAULT current_setting('chaos.server', true)
 );
 CREATE TABLE IF NOT EXISTS chaos_lease_audit (
     id           bigserial   PRIMARY KEY,
@@ -37,7 +43,8 @@ CREATE TABLE IF NOT EXISTS chaos_lease_audit (
     at           timestamptz NOT NULL DEFAULT clock_timestamp(),
     key          text        NOT NULL,
     old_holder   text, old_token bigint, old_acquired timestamptz, old_expires timestamptz,
-    new_holder   text, new_token bigint, new_acquired timestamptz, new_expires timestamptz
+    new_holder   text, new_token bigint, new_acquired timestamptz, new_expires timestamptz,
+    server       text        DEFAULT current_setting('chaos.server', true)
 );
 CREATE OR REPLACE FUNCTION chaos_lease_audit() RETURNS trigger LANGUAGE plpgsql
     SET search_path = public AS $$
@@ -73,12 +80,12 @@ const (
 WITH w AS (UPDATE chaos_digest SET body = $3::text || ' #' || $5::int, fence = $2
             WHERE name = $1 AND (fence IS NULL OR fence <= $2) RETURNING 1)
 INSERT INTO chaos_log (owner, token, term_start, seq) SELECT $3, $2, $4, $5 FROM w
-RETURNING id, logged_at`
+RETURNING id, logged_at, coalesce(current_setting('chaos.server', true), '')`
 	brokenWrite = `
 WITH w AS (UPDATE chaos_digest SET body = $3::text || ' #' || $5::int, fence = $2
             WHERE name = $1 RETURNING 1)
 INSERT INTO chaos_log (owner, token, term_start, seq) SELECT $3, $2, $4, $5 FROM w
-RETURNING id, logged_at`
+RETURNING id, logged_at, coalesce(current_setting('chaos.server', true), '')`
 )
 
 // Setup creates the store's tables, its row for key, and the lease audit
@@ -114,18 +121,18 @@ func (s store) floor(ctx context.Context) (int64, error) {
 	return digest.Floor(ctx, s.db, s.key)
 }
 
-// write publishes one unit. It returns the log row's id and database time
-// if the store accepted it, ok = false if the fence refused it.
-func (s store) write(ctx context.Context, owner string, token int64, term time.Time, seq int) (id int64, at time.Time, ok bool, err error) {
+// write publishes one unit. It returns the log row's id, database time and
+// server if the store accepted it, ok = false if the fence refused it.
+func (s store) write(ctx context.Context, owner string, token int64, term time.Time, seq int) (id int64, at time.Time, server string, ok bool, err error) {
 	sql := fencedWrite
 	if s.broken {
 		sql = brokenWrite
 	}
-	err = s.db.QueryRow(ctx, sql, s.key, token, owner, term, seq).Scan(&id, &at)
+	err = s.db.QueryRow(ctx, sql, s.key, token, owner, term, seq).Scan(&id, &at, &server)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, time.Time{}, false, nil
+		return 0, time.Time{}, "", false, nil
 	}
-	return id, at, err == nil, err
+	return id, at, server, err == nil, err
 }
 
 // Unit is one row of chaos_log: a unit the store accepted.
@@ -135,6 +142,8 @@ type Unit struct {
 	Token     int64
 	TermStart time.Time
 	Seq       int
+	// Server is the server that accepted it ("" if not named).
+	Server string
 	// LoggedAt is clock_timestamp() when the row was inserted, within the
 	// accepting statement; Committed is its transaction's commit time when
 	// the server tracks commit timestamps, else zero.
@@ -164,6 +173,8 @@ type LeaseChange struct {
 	NewHolder               string
 	NewToken                int64
 	NewAcquired, NewExpires time.Time
+	// Server is the server that committed the change ("" if not named).
+	Server string
 }
 
 // Tables is what the checker reads from the database after a run.
@@ -194,14 +205,14 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, e
 	if t.CommitTimes {
 		committed = "pg_xact_commit_timestamp(xmin)"
 	}
-	rows, err := q.Query(ctx, `SELECT id, owner, token, term_start, seq, logged_at, `+committed+` FROM chaos_log ORDER BY id`)
+	rows, err := q.Query(ctx, `SELECT id, owner, token, term_start, seq, logged_at, `+committed+`, coalesce(server, '') FROM chaos_log ORDER BY id`)
 	if err != nil {
 		return t, err
 	}
 	t.Units, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unit, error) {
 		var u Unit
 		var c pgtype.Timestamptz
-		err := r.Scan(&u.ID, &u.Owner, &u.Token, &u.TermStart, &u.Seq, &u.LoggedAt, &c)
+		err := r.Scan(&u.ID, &u.Owner, &u.Token, &u.TermStart, &u.Seq, &u.LoggedAt, &c, &u.Server)
 		u.Committed = c.Time
 		return u, err
 	})
@@ -209,7 +220,7 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, e
 		return t, err
 	}
 	rows, err = q.Query(ctx, `SELECT id, op, at, old_holder, old_token, old_acquired, old_expires,
-	        new_holder, new_token, new_acquired, new_expires FROM chaos_lease_audit WHERE key = $1 ORDER BY id`, key)
+	        new_holder, new_token, new_acquired, new_expires, coalesce(server, '') FROM chaos_lease_audit WHERE key = $1 ORDER BY id`, key)
 	if err != nil {
 		return t, err
 	}
@@ -218,7 +229,7 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, e
 		var oh, nh pgtype.Text
 		var ot, nt pgtype.Int8
 		var oa, oe, na, ne pgtype.Timestamptz
-		err := r.Scan(&c.ID, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne)
+		err := r.Scan(&c.ID, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne, &c.Server)
 		c.OldHolder, c.OldToken, c.OldAcquired, c.OldExpires = oh.String, ot.Int64, oa.Time, oe.Time
 		c.NewHolder, c.NewToken, c.NewAcquired, c.NewExpires = nh.String, nt.Int64, na.Time, ne.Time
 		return c, err
