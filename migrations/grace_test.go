@@ -82,9 +82,10 @@ func TestGraceGrantsNoNewTerm(t *testing.T) {
 	mustExec(t, db.Pool, `SELECT pgleader.release('k', 'a', $1)`, first.token)
 	forgetEpoch(t, db)
 
+	// The notice also moved the counter to epoch 1's base (version 8).
 	r := acquire(t, db.Pool, "k", "b", "1 second")
-	if r.acquired || r.holder != "pgleader.grace" || r.token != first.token {
-		t.Fatalf("acquire in grace = %+v; want refused, holder pgleader.grace, token %d", r, first.token)
+	if r.acquired || r.holder != "pgleader.grace" || r.token != 1<<40 {
+		t.Fatalf("acquire in grace = %+v; want refused, holder pgleader.grace, token %d", r, int64(1<<40))
 	}
 	if left := r.expires.Sub(r.now); left <= 25*time.Second || left > 30*time.Second {
 		t.Fatalf("grace ends %v after db_now; want max_ttl (30s) from the notice", left)
@@ -98,8 +99,8 @@ func TestGraceGrantsNoNewTerm(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT advanced, token FROM pgleader.advance('k', 50)`).Scan(&advanced, &counter); err != nil {
 		t.Fatal(err)
 	}
-	if advanced || counter != first.token {
-		t.Fatalf("advance in grace = %v, %d; want false, %d", advanced, counter, first.token)
+	if advanced || counter != 1<<40 {
+		t.Fatalf("advance in grace = %v, %d; want false, %d", advanced, counter, int64(1<<40))
 	}
 	var inGrace bool
 	if err := db.Pool.QueryRow(ctx, `SELECT in_grace FROM pgleader.grace()`).Scan(&inGrace); err != nil || !inGrace {
@@ -107,8 +108,8 @@ func TestGraceGrantsNoNewTerm(t *testing.T) {
 	}
 
 	endGrace(t, db)
-	if r := acquire(t, db.Pool, "k", "b", "1 second"); !r.acquired || r.token != first.token+1 {
-		t.Fatalf("acquire after the grace = %+v; want a win with token %d", r, first.token+1)
+	if r := acquire(t, db.Pool, "k", "b", "1 second"); !r.acquired || r.token != 1<<40+1 {
+		t.Fatalf("acquire after the grace = %+v; want a win with token %d", r, int64(1<<40+1))
 	}
 }
 
@@ -195,6 +196,13 @@ func TestGraceForApplicationRole(t *testing.T) {
 	if r := acquire(t, app, "k", "a", "1 minute"); r.acquired || r.holder != "pgleader.grace" {
 		t.Fatalf("acquire by the application role in grace = %+v; want refused by the grace", r)
 	}
+	if e := epoch(t, db); e != 1 {
+		t.Fatalf("epoch after a notice by the application role = %d; want 1", e)
+	}
 	_, err = app.Exec(ctx, `SELECT pgleader.set_max_ttl('1 hour')`)
 	wantCode(t, "set_max_ttl by the application role", err, "42501", "permission denied")
+	endGrace(t, db)
+	if r := acquire(t, app, "k", "a", "1 minute"); !r.acquired || r.token != 1<<40+1 {
+		t.Fatalf("acquire by the application role after the grace = %+v; want token %d", r, int64(1<<40+1))
+	}
 }

@@ -26,9 +26,9 @@ checks=(
 	"safety-3-replicas|pass|-DNR=3 -DFAULT_BUDGET=1"
 	"liveness|pass|-DFENCE0=3 -DFAULT_END=6"
 	"failover|pass|-DFAILOVER -DFAULT_BUDGET=1 -DFO_END=3"
-	"failover-store-same|pass|-DFAILOVER -DSTORE_SAME -DFAULT_BUDGET=1 -DFO_END=3"
-	"failover-any-tick|pass|-DFAILOVER -DSTORE_SAME -DFAULT_BUDGET=0"
-	"liveness-failover|pass|-DFAILOVER -DSTORE_SAME -DFO_END=2 -DFAULT_END=2 -DTMAX=19"
+	"failover-store-same|pass|-DFAILOVER -DSTORE_SAME -DSTRICT_P2 -DFAULT_BUDGET=1 -DFO_END=3"
+	"failover-any-tick|pass|-DFAILOVER -DSTORE_SAME -DSTRICT_P2 -DFAULT_BUDGET=0"
+	"liveness-failover|pass|-DFAILOVER -DSTORE_SAME -DSTRICT_P2 -DFO_END=2 -DFAULT_END=2 -DTMAX=19"
 	"mutant-no-yield|fail|-DMUTANT_NO_YIELD"
 	"mutant-receive-time|fail|-DMUTANT_RECV_TIME"
 	"mutant-claim-le|fail|-DMUTANT_CLAIM_LE -DWIPE"
@@ -36,6 +36,7 @@ checks=(
 	"mutant-floor-ignored|fail|-DNO_FLOOR -DFENCE0=3 -DFAULT_END=6"
 	"mutant-margin-0|fail|-DMUTANT_MARGIN0"
 	"mutant-no-grace|fail|-DFAILOVER -DMUTANT_NO_GRACE -DFAULT_BUDGET=1 -DFO_END=3"
+	"mutant-no-epoch|fail|-DFAILOVER -DSTORE_SAME -DSTRICT_P2 -DMUTANT_NO_EPOCH -DFAULT_BUDGET=1 -DFO_END=3"
 )
 
 rows=()

@@ -91,13 +91,24 @@
 #if FENCE0 != 0
 #error "STORE_SAME takes maxClaimed = fence, which needs FENCE0 = 0"
 #endif
-#ifdef STRICT_P2               /* P2 without the exception for a token drawn twice (fails) */
+#ifdef STRICT_P2               /* P2 without the exception for a token drawn twice (holds with the epochs) */
 #define REDRAWN(t) 0
 #else
 #define REDRAWN(t) (fo == FO_DONE && (t) <= foMax)
 #endif
 #else                          /* the store is elsewhere and keeps its rows */
 #define REDRAWN(t) 0
+#endif
+/* Token epochs (migrations/0008_epoch.up.sql): the server that notices it
+ * is new raises every key's counter to the next epoch's base, above every
+ * token the old server could draw (a key draws fewer than a span per
+ * epoch). Abstractly: after the notice every draw is above EPOCH_BASE, and
+ * the old server never draws EPOCH_BASE or more (P0). */
+#define EPOCH_BASE 16
+#ifdef MUTANT_NO_EPOCH         /* no epoch jump: the new server counts on from its copy */
+#define DRAW_BASE 0
+#else
+#define DRAW_BASE (fo == FO_DONE && !epochEmpty -> EPOCH_BASE : 0)
 #endif
 #ifdef MUTANT_NO_GRACE         /* the grace removed: acquire grants at once, renew as before */
 #define INGRACE 0
@@ -107,6 +118,7 @@
 #else
 #define INGRACE 0
 #define REDRAWN(t) 0
+#define DRAW_BASE 0
 #endif
 #ifdef MUTANT_NO_OFFSET        /* renew in the grace ignores max_clock_offset */
 #define GRACE_OFFSET 0
@@ -297,12 +309,17 @@ inline dbExec(i) {
 		:: FREE && !INGRACE ->
 			/* P0: the model's own bounds (5-bit tokens and counters) */
 			PROP(0, ltoken < 31 && r[i].reqArg < 31 && seqN < 31);
-			ltoken = (ltoken > r[i].reqArg -> ltoken : r[i].reqArg) + 1;
+			ltoken = (ltoken > r[i].reqArg -> ltoken : r[i].reqArg);
+			ltoken = (ltoken > DRAW_BASE -> ltoken : DRAW_BASE) + 1;
+#ifdef FAILOVER
+			/* P0: the old server stays below the new epoch (the draw limit) */
+			PROP(0, FAILED || ltoken < EPOCH_BASE);
+#endif
 			holder = i + 1; expires = now + TTL; seqN++;
-			/* P3: issued tokens strictly increase (lease row intact), on
-			 * each server: after a failover the new server draws from its
-			 * copy of the counter, so a token the old one issued may be
-			 * issued again (docs/ha.md, Tokens). */
+			/* P3: issued tokens strictly increase (lease row intact),
+			 * across a failover too: the new server draws above the old
+			 * one's epoch (docs/ha.md, Tokens). maxIssued is not reset
+			 * at the failover, except in MUTANT_NO_EPOCH. */
 			PROP(3, wiped || ltoken > maxIssued);
 			maxIssued = (ltoken > maxIssued -> ltoken : maxIssued);
 			r[i].rep = P_WON; r[i].repTok = ltoken; r[i].repSeq = seqN;
@@ -565,13 +582,18 @@ inline tickClock(i) {
 	:: d_step { fo == FO_COPY && now < FO_END -> \
 		holder = cHolder; ltoken = cToken; \
 		expires = (cHolder != 0 -> cExpires + (OFF) : 0); \
-		foMax = maxIssued; maxIssued = ltoken; \
+		foMax = maxIssued; RESET_MAX_ISSUED; \
 		STORE_ROLLBACK; \
 		r[0].req = R_NONE; r[0].reqArg = 0; r[1].req = R_NONE; r[1].reqArg = 0; \
 		DROP_REQ_3; \
 		fo = FO_DONE; epochEmpty = true; cHolder = 0; cToken = 0; cExpires = 0; \
 		printf("t%d db: failover: the new server has the copy, token %d, its clock %d behind\n", now, ltoken, OFF); \
 		CHECK_P1 }
+#ifdef MUTANT_NO_EPOCH
+#define RESET_MAX_ISSUED maxIssued = ltoken
+#else
+#define RESET_MAX_ISSUED skip
+#endif
 #ifdef STORE_SAME
 #define STORE_ROLLBACK \
 	fence = cFence; fenceSeq = cFenceSeq; maxSeqW = cMaxSeqW; maxClaimed = cFence; \

@@ -351,6 +351,7 @@ func TestGraceMatchesMigration(t *testing.T) {
 			t.Errorf("lease.pml lacks %q", want)
 		}
 	}
+	checkEpochs(t, string(src))
 
 	defs := defines(t, "spec.pml")
 	tick := time.Duration(need(t, defs, "TICK_MS")) * time.Millisecond
@@ -362,5 +363,66 @@ func TestGraceMatchesMigration(t *testing.T) {
 	}
 	if d := time.Duration(need(t, defs, "MAX_CLOCK_OFFSET")) * tick; d < 0 || d > time.Hour {
 		t.Errorf("MAX_CLOCK_OFFSET = %v: set_max_clock_offset accepts 0 to 1 h", d)
+	}
+}
+
+// checkEpochs: the token epochs lease.pml models (every draw after the
+// notice above EPOCH_BASE, the old server below it) are the ones the latest
+// migrations define: the transaction that fills server_epoch moves to the
+// next epoch and raises every counter to its base, new rows start there,
+// and lease_draw refuses the draw that would count into the next epoch.
+func checkEpochs(t *testing.T, model string) {
+	t.Helper()
+	for _, c := range []struct{ fn, want string }{
+		{"pgleader._grace(", "ON CONFLICT (only_row) DO NOTHING;\n        IF FOUND THEN\n            PERFORM pgleader._epoch_bump();"},
+		{"pgleader._epoch_bump(", "SET epoch = least(s.epoch + 1, 4194304)"},
+		{"pgleader._epoch_bump(", "CASE WHEN greatest(x.token, coalesce(x.token_min, 0)) < base THEN base"},
+		{"pgleader._epoch_base(", "SELECT pgleader._epoch() << 40"},
+		{"pgleader._lease_draw()\nRETURNS", "IF NEW.token = (e + 1) << 40 AND NEW.token = was + 1 THEN"},
+		{"pgleader._lease_draw()\nRETURNS", "NEW.token := greatest(NEW.token, least(OLD.token_min, 9223372036854775806) + 1);"},
+	} {
+		body, file := lastDefinition(t, c.fn)
+		if !strings.Contains(body, c.want) {
+			t.Errorf("%s (%s) no longer has %q: update lease.pml's epochs and this test", c.fn, file, c.want)
+		}
+	}
+	files, _ := filepath.Glob("../migrations/*.up.sql")
+	all := ""
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all += string(b)
+	}
+	for _, want := range []string{
+		"ALTER TABLE pgleader.lease ALTER COLUMN token SET DEFAULT pgleader._epoch_base();",
+		"CREATE TRIGGER lease_draw BEFORE UPDATE OF token ON pgleader.lease",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the migrations lack %q", want)
+		}
+	}
+	for _, want := range []string{
+		"#define DRAW_BASE (fo == FO_DONE && !epochEmpty -> EPOCH_BASE : 0)",
+		"ltoken = (ltoken > DRAW_BASE -> ltoken : DRAW_BASE) + 1;",
+		"PROP(0, FAILED || ltoken < EPOCH_BASE);",
+		"PROP(3, wiped || ltoken > maxIssued);",
+	} {
+		if !strings.Contains(model, want) {
+			t.Errorf("lease.pml lacks %q", want)
+		}
+	}
+	check, err := os.ReadFile("check.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"failover-store-same|pass|-DFAILOVER -DSTORE_SAME -DSTRICT_P2 `,
+		`"mutant-no-epoch|fail|-DFAILOVER -DSTORE_SAME -DSTRICT_P2 -DMUTANT_NO_EPOCH `,
+	} {
+		if !strings.Contains(string(check), want) {
+			t.Errorf("check.sh lacks %q", want)
+		}
 	}
 }
