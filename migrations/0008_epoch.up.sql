@@ -99,7 +99,15 @@ BEGIN
     base := e << 40;
     UPDATE pgleader.lease AS l
        SET token = CASE WHEN b.held THEN l.token ELSE b.next END,
-           token_min = CASE WHEN b.held THEN b.next END
+           token_min = CASE WHEN b.held THEN b.next END,
+           -- A lease that is not held is free: say so, as advance does, so
+           -- the row never shows its old holder with a token it never drew.
+           holder = CASE WHEN b.held THEN l.holder END,
+           acquired_at = CASE WHEN b.held THEN l.acquired_at END,
+           renewed_at = CASE WHEN b.held THEN l.renewed_at END,
+           expires_at = CASE WHEN b.held THEN l.expires_at END,
+           value = CASE WHEN b.held THEN l.value END,
+           resign_token = CASE WHEN b.held THEN l.resign_token END
       FROM (SELECT x.key,
                    x.holder IS NOT NULL AND x.expires_at > clock_timestamp() AS held,
                    CASE WHEN greatest(x.token, coalesce(x.token_min, 0)) < base THEN base
