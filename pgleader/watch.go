@@ -24,6 +24,9 @@ const (
 	// EventDeaf: the watcher stopped delivering events (its connection
 	// was lost); candidates poll until EventResync.
 	EventDeaf
+	// EventHandedOff: the holding term handed the lease to Event.Owner (a
+	// hint, unless Checked).
+	EventHandedOff
 )
 
 // String returns the kind's name.
@@ -39,6 +42,8 @@ func (k EventKind) String() string {
 		return "resync"
 	case EventDeaf:
 		return "deaf"
+	case EventHandedOff:
+		return "handoff"
 	}
 	return "unknown"
 }
@@ -51,7 +56,23 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind EventKind
 	Key  string
+	// Owner is the successor a hand-off event names.
+	Owner string
+	// Checked is set on a hand-off event that the watcher already checked
+	// with the database for the candidate it names (see [Postgres]): Lease
+	// and Acquired are the database's answer to a statement sent at Sent,
+	// or Err why there is none. Acquired means the candidate's term is
+	// confirmed, as by Handoffer.Campaign.
+	Checked  bool
+	Acquired bool
+	Lease    Lease
+	Sent     time.Time
+	Err      error
 }
+
+// keep reports whether ev must not be dropped for a newer event: it is the
+// only record of a confirmed term.
+func (ev Event) keep() bool { return ev.Checked && ev.Acquired }
 
 // Watcher is implemented by backends that push lease events, so candidates
 // campaign when a lease is released or expires instead of polling. The
