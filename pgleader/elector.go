@@ -29,9 +29,12 @@ type Options struct {
 	// false if the fenced store already saw this token or a higher one; the
 	// term then ends as refused. An error ends it as refused too.
 	Claim func(ctx context.Context, t *Term) (bool, error)
-	// FenceFloor, if set, returns the store's highest fence. Before each
+	// FenceFloor, if set, returns the store's highest fence. Before a
 	// campaign the key's token counter is advanced to it while the lease is
 	// free, so after the lease data was lost the first term draws floor+1.
+	// It is read before every campaign except one at the expiry of a term
+	// the last campaign found holding the lease: that campaign reuses the
+	// floor read last (see docs/model.md, "Hand-off").
 	FenceFloor func(ctx context.Context) (int64, error)
 	// Logger receives the elector's logs, each with key and owner, and
 	// token where a term is concerned. Default: the backend's logger if it
@@ -145,6 +148,10 @@ type Elector struct {
 
 	running   sync.Mutex
 	handedOff bool // the last term handed the lease off; Run's goroutine only
+	// floor is the last fence floor read, and floorRead whether there is
+	// one; see campaign. Run's goroutine only.
+	floor     int64
+	floorRead bool
 
 	mu     sync.Mutex
 	status Status
@@ -309,6 +316,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	var waited Lease        // the lease the last wait was for
 	var heedAfter time.Time // release events before this are not heeded at once
 	var took *Event         // a term handed to this replica, confirmed by the watcher
+	reuseFloor := false     // the last campaign found another live term holding the lease
 	for ctx.Err() == nil {
 		if ev, ok := drain(events); ok && took == nil { // what happened before this campaign, it will see
 			took = &ev
@@ -324,9 +332,10 @@ func (e *Elector) Run(ctx context.Context) error {
 		} else {
 			e.setState(StateCampaigning, time.Time{})
 			candidate := e.handoffer != nil && e.watcher != nil && e.watcher.Listening()
-			lease, sent, won, err = e.campaign(ctx, candidate)
+			lease, sent, won, err = e.campaign(ctx, candidate, reuseFloor)
 			registered = candidate && err == nil && !won
 		}
+		reuseFloor = err == nil && !won && lease.Held() && lease.Holder != e.opts.Owner
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
@@ -503,9 +512,19 @@ func jitter(d time.Duration) time.Duration {
 // As a candidate (see [Handoffer]) it campaigns with Handoffer.Campaign,
 // registering this replica until TTL + Margin from now, longer than the
 // at most TTL until its next campaign.
-func (e *Elector) campaign(ctx context.Context, asCandidate bool) (Lease, time.Time, bool, error) {
+//
+// With reuseFloor it sends the floor read last instead of reading it: the
+// campaign follows one that found another term holding the lease, and is
+// most likely to find it held again (renewed), when a floor read would be a
+// wasted statement. That is safe: the floor only spares terms that Claim
+// would refuse after lost lease data, and a refused term makes the next
+// campaign read it.
+func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (Lease, time.Time, bool, error) {
 	var floor int64
-	if e.opts.FenceFloor != nil && e.advancer != nil {
+	switch {
+	case reuseFloor && e.floorRead:
+		floor = e.floor
+	case e.opts.FenceFloor != nil && e.advancer != nil:
 		var err error
 		fctx, cancel := context.WithTimeout(ctx, e.spec.TTL)
 		floor, err = e.opts.FenceFloor(fctx)
@@ -516,6 +535,7 @@ func (e *Elector) campaign(ctx context.Context, asCandidate bool) (Lease, time.T
 		if err := CheckFloor(floor); err != nil {
 			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
 		}
+		e.floor, e.floorRead = floor, true
 	}
 	sent := time.Now()
 	_, _, yieldAt := e.timeline(sent)
@@ -612,7 +632,11 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) (EndRea
 
 	if a, ok := e.backend.(Announcer); ok {
 		announced := make(chan struct{})
-		go func() { defer close(announced); e.announce(ctx, a, token) }()
+		go func() {
+			defer close(announced)
+			e.announce(ctx, a, token)
+			e.prepareHandOff(ctx)
+		}()
 		defer func() { <-announced }()
 	}
 
@@ -862,5 +886,21 @@ func (e *Elector) withdraw(ctx context.Context) {
 	defer cancel()
 	if err := e.handoffer.Withdraw(wctx, e.spec.Key, e.opts.Owner); err != nil {
 		e.log.Warn("withdrawing the candidate registration failed; it expires by itself", "err", err)
+	}
+}
+
+// prepareHandOff lets the backend load, off the hand-off's path, what the
+// term's hand-off will need on its connection.
+func (e *Elector) prepareHandOff(ctx context.Context) {
+	w, ok := e.backend.(interface {
+		prepareHandOff(context.Context, string, string) error
+	})
+	if !ok || e.handoffer == nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.RenewEvery)
+	defer cancel()
+	if err := w.prepareHandOff(pctx, e.spec.Key, e.opts.Owner); err != nil {
+		e.log.Debug("preparing the hand-off failed", "err", err)
 	}
 }

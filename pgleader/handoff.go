@@ -263,3 +263,14 @@ func (p *Postgres) Withdraw(ctx context.Context, key, owner string) error {
 	}
 	return nil
 }
+
+// prepareHandOff calls hand_off for a term that cannot exist (token 0) on
+// the connection the term's hand-off will use: it changes nothing, and the
+// session has then loaded the function and its tables, which a fresh
+// session otherwise does on the hand-off's path.
+func (p *Postgres) prepareHandOff(ctx context.Context, key, owner string) error {
+	return p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		var ignored bool
+		return db.QueryRow(ctx, `SELECT released FROM pgleader.hand_off($1, $2, 0)`, exec, key, owner).Scan(&ignored)
+	})
+}

@@ -239,25 +239,41 @@ func (l *listener) session(ctx context.Context) error {
 	}
 	l.setListening(true)
 	l.broadcast(Event{Kind: EventResync})
-	for {
-		// Notifications are handled by OnNotification as they are read.
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
+	// Check for every candidate once: a hand-off may have been missed while
+	// the connection was down, and the session's first statement on the
+	// lease pays for loading what it reads, which must not fall on a
+	// hand-off's path.
+	l.mu.Lock()
+	for _, ws := range l.watchers {
+		for w := range ws {
+			if w.cand != nil {
+				checks = append(checks, w)
+			}
 		}
+	}
+	l.mu.Unlock()
+	resync := len(checks)
+	for {
 		for len(checks) > 0 {
 			w := checks[0]
 			checks = checks[1:]
-			if err := l.check(ctx, conn, w); err != nil {
+			if err := l.check(ctx, conn, w, resync <= 0); err != nil {
 				return err
 			}
+			resync--
+		}
+		// Notifications are handled by OnNotification as they are read.
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
 		}
 	}
 }
 
 // check asks the database whether the lease was handed to w's candidate,
-// confirming the term if so, and delivers the answer to w. It returns an
-// error only when the connection can no longer be trusted.
-func (l *listener) check(ctx context.Context, conn *pgx.Conn, w *watch) error {
+// confirming the term if so, and delivers the answer to w. A check for a
+// hint that proved false defers the next hint's check (see heedEvery). It
+// returns an error only when the connection can no longer be trusted.
+func (l *listener) check(ctx context.Context, conn *pgx.Conn, w *watch, hint bool) error {
 	sent := time.Now()
 	cctx, cancel := context.WithDeadline(ctx, sent.Add(w.cand.budget))
 	lease, acquired, err := take(cctx, conn, w.key, w.cand.owner, w.cand.ttl)
@@ -265,7 +281,7 @@ func (l *listener) check(ctx context.Context, conn *pgx.Conn, w *watch) error {
 	ev := Event{Kind: EventHandedOff, Key: w.key, Owner: w.cand.owner, Checked: true,
 		Acquired: acquired, Lease: lease, Sent: sent, Err: err}
 	l.mu.Lock()
-	if !acquired {
+	if hint && !acquired {
 		w.heedAfter = sent.Add(w.cand.heedEvery)
 	}
 	if _, ok := l.watchers[w.key][w]; ok {

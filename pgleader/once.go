@@ -48,7 +48,7 @@ func (e *Elector) RunOnce(ctx context.Context) error {
 	}
 	defer e.setState(StateStopped, time.Time{})
 	e.setState(StateCampaigning, time.Time{})
-	lease, sent, won, err := e.campaign(ctx, false)
+	lease, sent, won, err := e.campaign(ctx, false, false)
 	switch {
 	case err != nil:
 		return err
