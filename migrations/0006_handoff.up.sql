@@ -80,9 +80,10 @@ $$;
 --   p_candidate is not NULL, it registers p_owner as a candidate with
 --   p_priority and p_value until p_candidate from now (at most max_ttl);
 -- * a term it wins carries p_priority, and p_owner's candidate row goes.
+-- acquired_at is the term's start: for a confirmed term, the hand-off's.
 CREATE FUNCTION pgleader.campaign(p_key text, p_owner text, p_ttl interval, p_floor bigint, p_value text,
                                   p_priority integer, p_candidate interval)
-RETURNS TABLE (acquired boolean, holder text, token bigint, expires_at timestamptz, db_now timestamptz, value text)
+RETURNS TABLE (acquired boolean, holder text, token bigint, expires_at timestamptz, db_now timestamptz, value text, acquired_at timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
@@ -107,7 +108,7 @@ BEGIN
          WHERE l.key = p_key
         RETURNING l.token, l.expires_at, l.value INTO r.token, r.expires_at, r.value;
         DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND c.owner = p_owner;
-        RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, r.value;
+        RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, r.value, r.acquired_at;
         RETURN;
     END IF;
     IF (r.holder IS NOT NULL AND r.expires_at > t) OR t < g.grace_until THEN
@@ -119,9 +120,9 @@ BEGIN
                    registered_at = CASE WHEN c.expires_at > t THEN c.registered_at ELSE excluded.registered_at END;
         END IF;
         IF r.holder IS NOT NULL AND r.expires_at > t THEN
-            RETURN QUERY SELECT false, r.holder, r.token, r.expires_at, t, r.value;
+            RETURN QUERY SELECT false, r.holder, r.token, r.expires_at, t, r.value, r.acquired_at;
         ELSE
-            RETURN QUERY SELECT false, 'pgleader.grace'::text, r.token, g.grace_until, t, NULL::text;
+            RETURN QUERY SELECT false, 'pgleader.grace'::text, r.token, g.grace_until, t, NULL::text, NULL::timestamptz;
         END IF;
         RETURN;
     END IF;
@@ -139,7 +140,7 @@ BEGIN
     RETURNING l.token, l.expires_at INTO r.token, r.expires_at;
     DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND (c.owner = p_owner OR c.expires_at <= t);
 
-    RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, p_value;
+    RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, p_value, t;
 END
 $$;
 
@@ -150,7 +151,7 @@ $$;
 -- returns the lease as it is (holder NULL when free). It never grants a free
 -- lease: a hint that names a candidate makes it look, not lead.
 CREATE FUNCTION pgleader.take(p_key text, p_owner text, p_ttl interval)
-RETURNS TABLE (acquired boolean, holder text, token bigint, expires_at timestamptz, db_now timestamptz, value text)
+RETURNS TABLE (acquired boolean, holder text, token bigint, expires_at timestamptz, db_now timestamptz, value text, acquired_at timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
@@ -170,14 +171,14 @@ BEGIN
     RETURNING l.* INTO r;
     IF FOUND THEN
         DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND c.owner = p_owner;
-        RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, r.value;
+        RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, r.value, r.acquired_at;
         RETURN;
     END IF;
     SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key;
     IF r.holder IS NOT NULL AND r.expires_at > t THEN
-        RETURN QUERY SELECT false, r.holder, r.token, r.expires_at, t, r.value;
+        RETURN QUERY SELECT false, r.holder, r.token, r.expires_at, t, r.value, r.acquired_at;
     ELSE
-        RETURN QUERY SELECT false, NULL::text, coalesce(r.token, 0::bigint), NULL::timestamptz, t, NULL::text;
+        RETURN QUERY SELECT false, NULL::text, coalesce(r.token, 0::bigint), NULL::timestamptz, t, NULL::text, NULL::timestamptz;
     END IF;
 END
 $$;
@@ -407,7 +408,8 @@ CREATE OR REPLACE FUNCTION pgleader.acquire(p_key text, p_owner text, p_ttl inte
 RETURNS TABLE (acquired boolean, holder text, token bigint, expires_at timestamptz, db_now timestamptz, value text)
 LANGUAGE sql
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
-    SELECT * FROM pgleader.campaign(p_key, p_owner, p_ttl, p_floor, p_value, 0, NULL)
+    SELECT c.acquired, c.holder, c.token, c.expires_at, c.db_now, c.value
+      FROM pgleader.campaign(p_key, p_owner, p_ttl, p_floor, p_value, 0, NULL) AS c
 $$;
 
 -- advance, as in version 4, and: it clears the hand-off and transfer marks.

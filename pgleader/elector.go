@@ -290,12 +290,10 @@ func (e *Elector) Run(ctx context.Context) error {
 	var events <-chan Event
 	unwatch := func() {}
 	watch := func() {
-		if cw, ok := e.watcher.(interface {
-			watchCandidate(string, candidateWatch) (<-chan Event, func())
-		}); ok && e.handoffer != nil {
+		if cw, ok := e.watcher.(CandidateWatcher); ok && e.handoffer != nil {
 			budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant
-			events, unwatch = cw.watchCandidate(e.spec.Key, candidateWatch{owner: e.opts.Owner, ttl: e.spec.TTL,
-				budget: budget, heedEvery: e.spec.CampaignEvery})
+			events, unwatch = cw.WatchCandidate(e.spec.Key, CandidateWatch{Owner: e.opts.Owner, TTL: e.spec.TTL,
+				Budget: budget, HeedEvery: e.spec.CampaignEvery})
 		} else if e.watcher != nil {
 			events, unwatch = e.watcher.Watch(e.spec.Key)
 		}

@@ -12,7 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-var _ Handoffer = (*Postgres)(nil)
+var (
+	_ Handoffer        = (*Postgres)(nil)
+	_ CandidateWatcher = (*Postgres)(nil)
+)
 
 // Campaign implements [Handoffer]. It is pgleader.campaign in SQL.
 func (p *Postgres) Campaign(ctx context.Context, key string, c Candidate, ttl time.Duration, floor int64) (Lease, bool, error) {
@@ -23,7 +26,7 @@ func (p *Postgres) Campaign(ctx context.Context, key string, c Candidate, ttl ti
 	var acquired bool
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) (err error) {
 		l, acquired, err = scanLease(key, db.QueryRow(ctx,
-			`SELECT acquired, holder, token, expires_at, db_now, value FROM pgleader.campaign($1, $2, $3, $4, $5, $6, $7)`, exec,
+			`SELECT acquired, holder, token, expires_at, db_now, value, acquired_at FROM pgleader.campaign($1, $2, $3, $4, $5, $6, $7)`, exec,
 			key, c.Owner, interval(ttl), floor, pgtype.Text{String: c.Value, Valid: c.Value != ""}, c.Priority, interval(c.TTL)))
 		return err
 	})
@@ -52,7 +55,7 @@ func checkCandidate(key string, c Candidate, ttl time.Duration, floor int64) err
 // take confirms a term handed to owner (pgleader.take), on db.
 func take(ctx context.Context, db DB, key, owner string, ttl time.Duration) (Lease, bool, error) {
 	l, acquired, err := scanLease(key, db.QueryRow(ctx,
-		`SELECT acquired, holder, token, expires_at, db_now, value FROM pgleader.take($1, $2, $3)`, exec,
+		`SELECT acquired, holder, token, expires_at, db_now, value, acquired_at FROM pgleader.take($1, $2, $3)`, exec,
 		key, owner, interval(ttl)))
 	if err != nil {
 		return Lease{}, false, sqlError("take", err)
@@ -61,18 +64,18 @@ func take(ctx context.Context, db DB, key, owner string, ttl time.Duration) (Lea
 }
 
 // scanLease reads the columns acquired, holder, token, expires_at, db_now,
-// value.
+// value, acquired_at.
 func scanLease(key string, row pgx.Row) (Lease, bool, error) {
 	l := Lease{Key: key}
 	var acquired bool
 	var holder, value pgtype.Text
-	var expires pgtype.Timestamptz
-	if err := row.Scan(&acquired, &holder, &l.Token, &expires, &l.Now, &value); err != nil {
+	var expires, start pgtype.Timestamptz
+	if err := row.Scan(&acquired, &holder, &l.Token, &expires, &l.Now, &value, &start); err != nil {
 		return Lease{}, false, err
 	}
-	l.Holder, l.Value, l.ExpiresAt = holder.String, value.String, expires.Time
+	l.Holder, l.Value, l.ExpiresAt, l.AcquiredAt = holder.String, value.String, expires.Time, start.Time
 	if acquired {
-		l.AcquiredAt, l.RenewedAt = l.Now, l.Now
+		l.RenewedAt = l.Now
 	}
 	return l, acquired, nil
 }

@@ -60,29 +60,16 @@ type listener struct {
 type watch struct {
 	key  string
 	ch   chan Event
-	cand *candidateWatch // nil unless a candidate watches
+	cand *CandidateWatch // nil unless a candidate watches
 
 	heedAfter time.Time // hand-off hints before this are not checked; guarded by listener.mu
 }
 
-// candidateWatch is what the listener needs to check a hand-off hint that
-// names a watching candidate, on its own connection: it is awake when the
-// hint arrives, so the check costs one round trip with nothing idle on it.
-type candidateWatch struct {
-	owner string
-	ttl   time.Duration
-	// budget bounds the check from its send: a term confirmed later would
-	// be past its yield instant.
-	budget time.Duration
-	// heedEvery spaces the checks after one proved false, so a flood of
-	// forged hints costs at most one statement per heedEvery.
-	heedEvery time.Duration
-}
-
-// watchCandidate is Watch for a candidate, whose hand-off hints the
-// listener checks itself (see candidateWatch) and delivers as Checked
-// events.
-func (p *Postgres) watchCandidate(key string, c candidateWatch) (<-chan Event, func()) {
+// WatchCandidate implements [CandidateWatcher]: the LISTEN connection
+// checks a hand-off hint naming c.Owner itself, with pgleader.take, as soon
+// as it arrives. It is awake then, so the check costs one round trip with
+// nothing idle on its path.
+func (p *Postgres) WatchCandidate(key string, c CandidateWatch) (<-chan Event, func()) {
 	if p.listen == nil {
 		return nil, func() {}
 	}
@@ -116,7 +103,7 @@ func (l *listener) watch(key string) (<-chan Event, func()) {
 	return l.watchAs(key, nil)
 }
 
-func (l *listener) watchAs(key string, c *candidateWatch) (<-chan Event, func()) {
+func (l *listener) watchAs(key string, c *CandidateWatch) (<-chan Event, func()) {
 	l.life.Lock()
 	defer l.life.Unlock()
 	w := &watch{key: key, ch: make(chan Event, 16), cand: c}
@@ -271,18 +258,18 @@ func (l *listener) session(ctx context.Context) error {
 
 // check asks the database whether the lease was handed to w's candidate,
 // confirming the term if so, and delivers the answer to w. A check for a
-// hint that proved false defers the next hint's check (see heedEvery). It
+// hint that proved false defers the next hint's check (see HeedEvery). It
 // returns an error only when the connection can no longer be trusted.
 func (l *listener) check(ctx context.Context, conn *pgx.Conn, w *watch, hint bool) error {
 	sent := time.Now()
-	cctx, cancel := context.WithDeadline(ctx, sent.Add(w.cand.budget))
-	lease, acquired, err := take(cctx, conn, w.key, w.cand.owner, w.cand.ttl)
+	cctx, cancel := context.WithDeadline(ctx, sent.Add(w.cand.Budget))
+	lease, acquired, err := take(cctx, conn, w.key, w.cand.Owner, w.cand.TTL)
 	cancel()
-	ev := Event{Kind: EventHandedOff, Key: w.key, Owner: w.cand.owner, Checked: true,
+	ev := Event{Kind: EventHandedOff, Key: w.key, Owner: w.cand.Owner, Checked: true,
 		Acquired: acquired, Lease: lease, Sent: sent, Err: err}
 	l.mu.Lock()
 	if hint && !acquired {
-		w.heedAfter = sent.Add(w.cand.heedEvery)
+		w.heedAfter = sent.Add(w.cand.HeedEvery)
 	}
 	if _, ok := l.watchers[w.key][w]; ok {
 		send(w.ch, ev)
@@ -356,7 +343,7 @@ func (l *listener) deliver(ev Event) []*watch {
 	var checks []*watch
 	for w := range l.watchers[ev.Key] {
 		if ev.Kind == EventHandedOff && w.cand != nil {
-			if w.cand.owner == ev.Owner && !time.Now().Before(w.heedAfter) {
+			if w.cand.Owner == ev.Owner && !time.Now().Before(w.heedAfter) {
 				checks = append(checks, w)
 			}
 			continue

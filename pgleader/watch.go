@@ -89,6 +89,33 @@ type Watcher interface {
 	Listening() bool
 }
 
+// CandidateWatch is what a [CandidateWatcher] needs to check a hand-off hint
+// for a candidate.
+type CandidateWatch struct {
+	// Owner is the candidate; TTL the lease TTL its confirmed term gets.
+	Owner string
+	TTL   time.Duration
+	// Budget bounds each check from its send: a term confirmed later would
+	// be past its yield instant.
+	Budget time.Duration
+	// HeedEvery spaces the checks after one proved false, so that a flood
+	// of forged hints costs at most one statement per HeedEvery.
+	HeedEvery time.Duration
+}
+
+// CandidateWatcher is implemented by Watchers that check a hand-off hint
+// naming a candidate themselves, on their own connection, and deliver the
+// answer as a Checked [EventHandedOff] ([Postgres] does). An Elector whose
+// backend is a [Handoffer] uses it when it waits.
+type CandidateWatcher interface {
+	Watcher
+	// WatchCandidate is Watch for candidate c: a hand-off hint naming
+	// c.Owner is checked with the backend (confirming the term if it was
+	// handed to c.Owner, as Handoffer.Campaign does) and delivered as a
+	// Checked event; hints naming others are not delivered.
+	WatchCandidate(key string, c CandidateWatch) (events <-chan Event, stop func())
+}
+
 // FloorAcquirer is implemented by backends that can raise the token counter
 // to a floor and acquire in one atomic operation. It does what Advance and
 // then Acquire do, in one round trip.
