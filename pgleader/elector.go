@@ -542,9 +542,14 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 	var lease Lease
 	var won bool
 	var err error
-	if asCandidate {
-		lease, won, err = e.handoffer.Campaign(actx, e.spec.Key, Candidate{Owner: e.opts.Owner, Priority: e.opts.Priority,
-			Value: e.opts.Value, TTL: e.spec.TTL + e.spec.Margin}, e.spec.TTL, floor)
+	if e.handoffer != nil {
+		// Campaign even when not registering, so that a term won records
+		// this replica's priority.
+		c := Candidate{Owner: e.opts.Owner, Priority: e.opts.Priority, Value: e.opts.Value}
+		if asCandidate {
+			c.TTL = e.spec.TTL + e.spec.Margin
+		}
+		lease, won, err = e.handoffer.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
 	} else {
 		lease, won, err = e.acquire(actx, floor)
 	}

@@ -27,7 +27,8 @@ func (p *Postgres) Campaign(ctx context.Context, key string, c Candidate, ttl ti
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) (err error) {
 		l, acquired, err = scanLease(key, db.QueryRow(ctx,
 			`SELECT acquired, holder, token, expires_at, db_now, value, acquired_at FROM pgleader.campaign($1, $2, $3, $4, $5, $6, $7)`, exec,
-			key, c.Owner, interval(ttl), floor, pgtype.Text{String: c.Value, Valid: c.Value != ""}, c.Priority, interval(c.TTL)))
+			key, c.Owner, interval(ttl), floor, pgtype.Text{String: c.Value, Valid: c.Value != ""}, c.Priority,
+			pgtype.Interval{Microseconds: c.TTL.Microseconds(), Valid: c.TTL > 0}))
 		return err
 	})
 	if err != nil {
@@ -46,8 +47,8 @@ func checkCandidate(key string, c Candidate, ttl time.Duration, floor int64) err
 	if err := CheckValue(c.Value); err != nil {
 		return err
 	}
-	if c.TTL < time.Microsecond {
-		return invalidf("candidate TTL must be at least 1µs, got %v", c.TTL)
+	if c.TTL != 0 && c.TTL < time.Microsecond {
+		return invalidf("candidate TTL must be 0 (no registration) or at least 1µs, got %v", c.TTL)
 	}
 	return nil
 }

@@ -315,3 +315,30 @@ func TestPreferredLeader(t *testing.T) {
 		t.Fatal("the preferred leader lost its term to a candidate of lower priority")
 	}
 }
+
+// TestEqualPriorityKeepsTheLeader: a term won by a campaign that did not
+// register (the leader was not listening) still carries its replica's
+// priority, so a candidate of the same priority does not pre-empt it.
+func TestEqualPriorityKeepsTheLeader(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	spec := slowPollSpec("k")
+	spec.CampaignEvery = time.Second
+	el, err := pgleader.New(pgleader.NewPostgres(db.NewPool(t), pgleader.PollOnly(), pgleader.WithLogger(quiet)), spec,
+		pgleader.Options{Owner: "a", Lead: untilEnding, Logger: quiet, Priority: 3, MinTerm: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- el.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "a to lead", func() bool { return el.Status().Leading })
+	b := startCandidate(t, db, spec, "b", pgleader.Options{Priority: 3})
+	registered(t, b.backend, "k", "b")
+	renewed := el.Status().LastRenewSent
+	waitFor(t, "a to renew after b registered", func() bool { return el.Status().LastRenewSent.After(renewed) })
+	if s := el.Status(); !s.Leading || s.Token != 1 {
+		t.Fatalf("a after renewing beside a candidate of equal priority: %+v; want still leading with token 1", s)
+	}
+}

@@ -187,7 +187,8 @@ type Candidate struct {
 	Owner    string
 	Priority int32
 	Value    string
-	// TTL is how long each campaign keeps the registration (Campaign);
+	// TTL is how long each campaign keeps the registration (Campaign; 0
+	// campaigns without registering);
 	// RegisteredAt and ExpiresAt are the backend's record, zero for
 	// Campaign.
 	TTL                     time.Duration
