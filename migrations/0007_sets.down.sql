@@ -20,6 +20,7 @@ BEGIN
     END IF;
     EXECUTE format('GRANT USAGE ON SCHEMA pgleader TO %I', p_role);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON TABLE pgleader.lease, pgleader.fence TO %I', p_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgleader.candidate TO %I', p_role);
     EXECUTE format('GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgleader TO %I', p_role);
     IF p_history IS NOT NULL THEN
         EXECUTE format('GRANT SELECT ON TABLE %s TO %I', p_history, p_role);

@@ -330,7 +330,7 @@ BEGIN
 END
 $$;
 
--- grant_usage, as in version 3, and: the set members table, whose rows a
+-- grant_usage, as in version 6, and: the set members table, whose rows a
 -- replica inserts, updates and deletes.
 CREATE OR REPLACE FUNCTION pgleader.grant_usage(p_role name, p_history regclass DEFAULT NULL)
 RETURNS void
@@ -352,6 +352,7 @@ BEGIN
     END IF;
     EXECUTE format('GRANT USAGE ON SCHEMA pgleader TO %I', p_role);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE ON TABLE pgleader.lease, pgleader.fence TO %I', p_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgleader.candidate TO %I', p_role);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE pgleader.set_member TO %I', p_role);
     EXECUTE format('GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgleader TO %I', p_role);
     IF p_history IS NOT NULL THEN

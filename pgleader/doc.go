@@ -85,8 +85,8 @@
 // database (as time remaining on the database clock, so the two clocks need
 // not agree) and sleeps until then, never longer than TTL. Renewals are not
 // announced: a candidate of a healthy leader reads the lease once per
-// expiry it read, about one statement per TTL - RenewEvery, and one whose
-// leader crashed campaigns at the expiry.
+// expiry it read, one statement every TTL - RenewEvery to TTL, and one
+// whose leader crashed campaigns at the expiry.
 //
 // With a backend that is a [Watcher] — [Postgres] is, through LISTEN/NOTIFY
 // on one connection per backend — a release also wakes candidates at once,
@@ -108,6 +108,21 @@
 // [PollOnly] was given, or the backend is not a Watcher — candidates poll
 // every CampaignEvery, less up to 10% jitter. After a reconnect they look
 // once at once, since a release may have been missed.
+//
+// # Hand-off, transfer and preferred leaders
+//
+// With a backend that is a [Handoffer] ([Postgres] is, from schema version
+// 6), a listening candidate registers itself, with Options.Priority and
+// Options.Value, through the campaign it sends anyway. A term that ends as
+// stopped, resigned or finished then hands the lease to the best live
+// candidate in the statement that ends it: one write, the next token, the
+// candidate's own expiry as the first bound. The successor hears a hint and
+// confirms with the database ([CandidateWatcher], on its awake LISTEN
+// connection) before it leads; its timeline counts from that check's send.
+// A successor that never confirms costs what a crash costs. [Elector.Transfer]
+// and [Postgres.Transfer] hand off to a chosen candidate; a candidate of
+// higher priority makes a leader whose term lasted Options.MinTerm step down
+// for it. Options.NoHandOff turns it off.
 //
 // # A term born late, a schema gone
 //

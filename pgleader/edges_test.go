@@ -83,6 +83,11 @@ func (c *pgCounting) AcquireValue(ctx context.Context, key, owner string, ttl ti
 	return c.Postgres.AcquireValue(ctx, key, owner, ttl, floor, value)
 }
 
+func (c *pgCounting) Campaign(ctx context.Context, key string, cand pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	c.acquires.Add(1)
+	return c.Postgres.Campaign(ctx, key, cand, ttl, floor)
+}
+
 // TestForgedReleaseFloodIsRateLimited: forged "release" notifications make
 // a candidate look, but once one proved false the next is heeded no sooner
 // than CampaignEvery later, so a flood cannot turn candidates into a load.

@@ -29,9 +29,12 @@ type Options struct {
 	// false if the fenced store already saw this token or a higher one; the
 	// term then ends as refused. An error ends it as refused too.
 	Claim func(ctx context.Context, t *Term) (bool, error)
-	// FenceFloor, if set, returns the store's highest fence. Before each
+	// FenceFloor, if set, returns the store's highest fence. Before a
 	// campaign the key's token counter is advanced to it while the lease is
 	// free, so after the lease data was lost the first term draws floor+1.
+	// It is read before every campaign except one at the expiry of a term
+	// the last campaign found holding the lease: that campaign reuses the
+	// floor read last (see docs/model.md, "Hand-off").
 	FenceFloor func(ctx context.Context) (int64, error)
 	// Logger receives the elector's logs, each with key and owner, and
 	// token where a term is concerned. Default: the backend's logger if it
@@ -46,6 +49,22 @@ type Options struct {
 	// Observer, if set, receives the elector's observations for metrics:
 	// terms started and ended, renewals and their latency, refused claims.
 	Observer Observer
+
+	// Priority ranks this replica as a candidate when its backend is a
+	// [Handoffer]: a leader hands off to the live candidate of highest
+	// priority, and a leader whose term has lasted MinTerm steps down (at
+	// its next renewal) when a candidate of higher priority than its own
+	// waits. Default 0; with equal priorities nobody is pre-empted.
+	Priority int32
+	// MinTerm is how long a term lasts at least before a candidate of
+	// higher priority makes it step down, so that leadership does not
+	// flap. Default: the Spec's TTL.
+	MinTerm time.Duration
+	// NoHandOff turns hand-off off: the elector neither registers as a
+	// candidate nor hands the lease to one when its term ends, and
+	// releases instead. Hand-off is on by default with a [Handoffer]
+	// backend; it needs a listening [Watcher] for the candidate's side.
+	NoHandOff bool
 }
 
 // State is what an Elector is doing.
@@ -119,14 +138,20 @@ type Status struct {
 // with New; its methods are safe for concurrent use, and Run may be called
 // once at a time.
 type Elector struct {
-	backend  Backend
-	advancer Advancer // nil if the backend cannot advance
-	watcher  Watcher  // nil if the backend cannot push events
-	spec     Spec
-	opts     Options
-	log      *slog.Logger
+	backend   Backend
+	advancer  Advancer  // nil if the backend cannot advance
+	watcher   Watcher   // nil if the backend cannot push events
+	handoffer Handoffer // nil if the backend cannot hand off, or NoHandOff
+	spec      Spec
+	opts      Options
+	log       *slog.Logger
 
-	running sync.Mutex
+	running   sync.Mutex
+	handedOff bool // the last term handed the lease off; Run's goroutine only
+	// floor is the last fence floor read, and floorRead whether there is
+	// one; see campaign. Run's goroutine only.
+	floor     int64
+	floorRead bool
 
 	mu     sync.Mutex
 	status Status
@@ -163,6 +188,16 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	}
 	advancer, _ := backend.(Advancer)
 	watcher, _ := backend.(Watcher)
+	handoffer, _ := backend.(Handoffer)
+	if opts.NoHandOff {
+		handoffer = nil
+	}
+	if opts.MinTerm < 0 {
+		return nil, invalidf("Options.MinTerm must not be negative, got %v", opts.MinTerm)
+	}
+	if opts.MinTerm == 0 {
+		opts.MinTerm = spec.TTL
+	}
 	if spec.RequireFenceAdvance && opts.FenceFloor == nil {
 		return nil, invalidf("Spec.RequireFenceAdvance is set but Options.FenceFloor is nil: " +
 			"without a floor there is nothing to advance the token counter to, and after lost lease data " +
@@ -183,13 +218,14 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 		log.Warn("FenceFloor is set but the backend cannot advance its counter; the floor is ignored")
 	}
 	return &Elector{
-		backend:  backend,
-		advancer: advancer,
-		watcher:  watcher,
-		spec:     spec,
-		opts:     opts,
-		log:      log,
-		status:   Status{Key: spec.Key, Owner: opts.Owner},
+		backend:   backend,
+		advancer:  advancer,
+		watcher:   watcher,
+		handoffer: handoffer,
+		spec:      spec,
+		opts:      opts,
+		log:       log,
+		status:    Status{Key: spec.Key, Owner: opts.Owner},
 	}, nil
 }
 
@@ -254,22 +290,50 @@ func (e *Elector) Run(ctx context.Context) error {
 	var events <-chan Event
 	unwatch := func() {}
 	watch := func() {
-		if e.watcher != nil {
+		if cw, ok := e.watcher.(CandidateWatcher); ok && e.handoffer != nil {
+			budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant
+			events, unwatch = cw.WatchCandidate(e.spec.Key, CandidateWatch{Owner: e.opts.Owner, TTL: e.spec.TTL,
+				Budget: budget, HeedEvery: e.spec.CampaignEvery})
+		} else if e.watcher != nil {
 			events, unwatch = e.watcher.Watch(e.spec.Key)
 		}
 	}
 	watch()
 	defer func() { unwatch() }()
 
+	registered := false // the last campaign registered this replica as a candidate
+	defer func() {
+		if registered {
+			e.withdraw(ctx)
+		}
+	}()
+
 	defer e.setState(StateStopped, time.Time{})
 	failures := 0
 	hinted := false         // the last wait ended on a release event
 	var waited Lease        // the lease the last wait was for
 	var heedAfter time.Time // release events before this are not heeded at once
+	var took *Event         // a term handed to this replica, confirmed by the watcher
+	reuseFloor := false     // the last campaign found another live term holding the lease
 	for ctx.Err() == nil {
-		drain(events) // what happened before this campaign, it will see
-		e.setState(StateCampaigning, time.Time{})
-		lease, sent, won, err := e.campaign(ctx)
+		if ev, ok := drain(events); ok && took == nil { // what happened before this campaign, it will see
+			took = &ev
+		}
+		var lease Lease
+		var sent time.Time
+		var won bool
+		var err error
+		if took != nil {
+			lease, sent, won = took.Lease, took.Sent, true
+			took = nil
+			registered = false
+		} else {
+			e.setState(StateCampaigning, time.Time{})
+			candidate := e.handoffer != nil && e.watcher != nil && e.watcher.Listening()
+			lease, sent, won, err = e.campaign(ctx, candidate, reuseFloor)
+			registered = candidate && err == nil && !won
+		}
+		reuseFloor = err == nil && !won && lease.Held() && lease.Holder != e.opts.Owner
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
@@ -292,8 +356,9 @@ func (e *Elector) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			// Let other candidates, woken by the release, take a turn.
-			if !wait.Sleep(ctx, e.spec.CampaignEvery) {
+			// Let other candidates, woken by the release, take a turn;
+			// after a hand-off one has the lease already.
+			if !e.handedOff && !wait.Sleep(ctx, e.spec.CampaignEvery) {
 				return nil
 			}
 		case ctx.Err() != nil:
@@ -309,7 +374,7 @@ func (e *Elector) Run(ctx context.Context) error {
 			}
 			waited = lease
 			var live bool
-			if hinted, live = e.waitForExpiry(ctx, lease, events, heedAfter); !live {
+			if hinted, took, live = e.waitForExpiry(ctx, lease, events, heedAfter); !live {
 				return nil
 			}
 		}
@@ -342,12 +407,15 @@ func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time
 }
 
 // waitForExpiry waits while lease is held by another term: until the expiry
-// the backend reported (at most TTL away), a resync, or a release event, but
-// not sooner than heedAfter for a release event. While the watcher is not
-// listening it looks at least every CampaignEvery, less up to 10% jitter.
-// It reports whether a release event ended the wait, and whether ctx is
-// still live.
-func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time) (hinted, live bool) {
+// the backend reported (at most TTL away), a resync, or a release event (or
+// a hand-off hint naming this replica), but not sooner than heedAfter for a
+// release event. While the watcher is not listening it looks at least every
+// CampaignEvery, less up to 10% jitter. A checked hand-off event (see
+// [Event]) that confirmed a term ends the wait with that event; one that did
+// not is a fresh read of the lease, whose expiry the wait takes on. It
+// reports whether a release event ended the wait, the confirmed hand-off if
+// one did, and whether ctx is still live.
+func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time) (hinted bool, took *Event, live bool) {
 	expiry := time.Now().Add(min(lease.Remaining(), e.spec.TTL))
 	e.setState(StateWaiting, expiry)
 	var heard bool // a release event is waiting for heedAfter
@@ -366,32 +434,49 @@ func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan 
 	for {
 		select {
 		case <-ctx.Done():
-			return false, false
+			return false, nil, false
 		case <-timer.C:
-			return heard && !time.Now().Before(heedAfter), true
+			return heard && !time.Now().Before(heedAfter), nil, true
 		case ev := <-events:
 			// Acquire and renew events change nothing: the expiry read
 			// from the backend stands until a read says otherwise.
-			switch ev.Kind {
-			case EventResync: // from the watcher itself, not the channel
-				return false, true
-			case EventReleased:
+			switch {
+			case ev.Kind == EventResync: // from the watcher itself, not the channel
+				return false, nil, true
+			case ev.Kind == EventReleased, ev.Kind == EventHandedOff && !ev.Checked && ev.Owner == e.opts.Owner:
 				if !time.Now().Before(heedAfter) {
-					return true, true
+					return true, nil, true
 				}
 				heard = true
+			case ev.Kind == EventHandedOff && ev.Checked && ev.Acquired:
+				return false, &ev, true
+			case ev.Kind == EventHandedOff && ev.Checked && ev.Err == nil:
+				// A read as good as a campaign's: the watcher already
+				// limits how often a forged hint makes it look.
+				if !ev.Lease.Held() {
+					return true, nil, true
+				}
+				expiry = ev.Sent.Add(min(ev.Lease.Remaining(), e.spec.TTL))
+				e.setState(StateWaiting, expiry)
 			}
 			timer.Reset(next())
 		}
 	}
 }
 
-func drain(events <-chan Event) {
+// drain empties events, and returns a term confirmed for this replica (see
+// [Event.Checked]) if one was among them.
+func drain(events <-chan Event) (Event, bool) {
+	var took Event
+	var ok bool
 	for {
 		select {
-		case <-events:
+		case ev := <-events:
+			if ev.keep() && !ok {
+				took, ok = ev, true
+			}
 		default:
-			return
+			return took, ok
 		}
 	}
 }
@@ -421,9 +506,23 @@ func jitter(d time.Duration) time.Duration {
 // not stall the candidate until the connection is reset; the acquire is
 // bounded by the yield instant of the term it would start, since a term
 // answered later must not run (lead releases it at once).
-func (e *Elector) campaign(ctx context.Context) (Lease, time.Time, bool, error) {
+//
+// As a candidate (see [Handoffer]) it campaigns with Handoffer.Campaign,
+// registering this replica until TTL + Margin from now, longer than the
+// at most TTL until its next campaign.
+//
+// With reuseFloor it sends the floor read last instead of reading it: the
+// campaign follows one that found another term holding the lease, and is
+// most likely to find it held again (renewed), when a floor read would be a
+// wasted statement. That is safe: the floor only spares terms that Claim
+// would refuse after lost lease data, and a refused term makes the next
+// campaign read it.
+func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (Lease, time.Time, bool, error) {
 	var floor int64
-	if e.opts.FenceFloor != nil && e.advancer != nil {
+	switch {
+	case reuseFloor && e.floorRead:
+		floor = e.floor
+	case e.opts.FenceFloor != nil && e.advancer != nil:
 		var err error
 		fctx, cancel := context.WithTimeout(ctx, e.spec.TTL)
 		floor, err = e.opts.FenceFloor(fctx)
@@ -434,12 +533,26 @@ func (e *Elector) campaign(ctx context.Context) (Lease, time.Time, bool, error) 
 		if err := CheckFloor(floor); err != nil {
 			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
 		}
+		e.floor, e.floorRead = floor, true
 	}
 	sent := time.Now()
 	_, _, yieldAt := e.timeline(sent)
 	actx, cancel := context.WithDeadline(ctx, yieldAt)
 	defer cancel()
-	lease, won, err := e.acquire(actx, floor)
+	var lease Lease
+	var won bool
+	var err error
+	if e.handoffer != nil {
+		// Campaign even when not registering, so that a term won records
+		// this replica's priority.
+		c := Candidate{Owner: e.opts.Owner, Priority: e.opts.Priority, Value: e.opts.Value}
+		if asCandidate {
+			c.TTL = e.spec.TTL + e.spec.Margin
+		}
+		lease, won, err = e.handoffer.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
+	} else {
+		lease, won, err = e.acquire(actx, floor)
+	}
 	if err != nil {
 		return Lease{}, time.Time{}, false, e.fail(err)
 	}
@@ -515,14 +628,18 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) (EndRea
 		e.endTerm(t, ReasonExpiring)
 		log.Warn("the acquire was answered after the term's yield instant; releasing without running the body",
 			"sent_ago", time.Since(sent))
-		e.release(ctx, log, token)
+		e.release(ctx, log, token, t.Reason())
 		e.ended(t, nil)
 		return t.Reason(), nil
 	}
 
 	if a, ok := e.backend.(Announcer); ok {
 		announced := make(chan struct{})
-		go func() { defer close(announced); e.announce(ctx, a, token) }()
+		go func() {
+			defer close(announced)
+			e.announce(ctx, a, token)
+			e.prepareHandOff(ctx)
+		}()
 		defer func() { <-announced }()
 	}
 
@@ -661,7 +778,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) (EndRea
 		e.fail(bodyErr)
 	}
 	if release {
-		e.release(ctx, log, token)
+		e.release(ctx, log, token, t.Reason())
 	}
 	e.ended(t, bodyErr)
 	return t.Reason(), bodyErr
@@ -724,7 +841,9 @@ func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out
 	defer cancel()
 	var resign bool
 	var err error
-	if st, ok := e.backend.(Steerer); ok {
+	if e.handoffer != nil {
+		_, resign, err = e.handoffer.RenewPreferring(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL, e.opts.MinTerm)
+	} else if st, ok := e.backend.(Steerer); ok {
 		_, resign, err = st.RenewTerm(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
 	} else {
 		_, err = e.backend.Renew(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
@@ -733,16 +852,58 @@ func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out
 }
 
 // release frees the lease within ReleaseTimeout, even after ctx is
-// cancelled.
-func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64) {
+// cancelled. A term that ends as stopped, resigned or finished hands the
+// lease to the best live candidate instead, if the backend can: a refused
+// term's successor would need the fence floor read first, and an expiring
+// term's has lost its footing.
+func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64, reason EndReason) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.ReleaseTimeout)
 	defer cancel()
-	released, err := e.backend.Release(rctx, e.spec.Key, e.opts.Owner, token)
+	var released bool
+	var err error
+	e.handedOff = false
+	if e.handoffer != nil && (reason == ReasonStopped || reason == ReasonResigned || reason == ReasonFinished) {
+		var successor string
+		released, successor, err = e.handoffer.HandOff(rctx, e.spec.Key, e.opts.Owner, token, "")
+		e.handedOff = err == nil && successor != ""
+		if e.handedOff {
+			log.Info("handed the lease off", "successor", successor, "successor_token", token+1)
+		}
+	} else {
+		released, err = e.backend.Release(rctx, e.spec.Key, e.opts.Owner, token)
+	}
 	switch {
 	case err != nil:
 		e.fail(err)
 		log.Warn("release failed; the lease will expire", "err", err)
 	case !released:
 		log.Warn("release found the lease no longer ours: it had expired or passed to another term")
+	}
+}
+
+// withdraw removes this replica's candidate registration, best-effort,
+// within ReleaseTimeout: a stopped replica must not be handed a term (if it
+// were, the term would wait for its candidate expiry).
+func (e *Elector) withdraw(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.ReleaseTimeout)
+	defer cancel()
+	if err := e.handoffer.Withdraw(wctx, e.spec.Key, e.opts.Owner); err != nil {
+		e.log.Warn("withdrawing the candidate registration failed; it expires by itself", "err", err)
+	}
+}
+
+// prepareHandOff lets the backend load, off the hand-off's path, what the
+// term's hand-off will need on its connection.
+func (e *Elector) prepareHandOff(ctx context.Context) {
+	w, ok := e.backend.(interface {
+		prepareHandOff(context.Context, string, string) error
+	})
+	if !ok || e.handoffer == nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.RenewEvery)
+	defer cancel()
+	if err := w.prepareHandOff(pctx, e.spec.Key, e.opts.Owner); err != nil {
+		e.log.Debug("preparing the hand-off failed", "err", err)
 	}
 }

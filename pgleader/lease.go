@@ -2,6 +2,7 @@ package pgleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -179,3 +180,59 @@ func checkTerm(key, owner string, token int64) error {
 	}
 	return CheckToken(token)
 }
+
+// Candidate is a replica waiting for a key, as a [Handoffer] keeps it.
+type Candidate struct {
+	// Owner, Priority and Value are the candidate's: Value becomes its
+	// term's value when the lease is handed to it, and a leader of lower
+	// Priority steps down for it (see Options.Priority).
+	Owner    string
+	Priority int32
+	Value    string
+	// TTL is how long each campaign keeps the registration (Campaign; 0
+	// campaigns without registering);
+	// RegisteredAt and ExpiresAt are the backend's record, zero for
+	// Campaign.
+	TTL                     time.Duration
+	RegisteredAt, ExpiresAt time.Time
+}
+
+// Handoffer is implemented by backends that keep waiting candidates beside
+// each lease, so that a leader that steps down hands the lease to one of
+// them in the operation that ends its term ([Postgres] does). An Elector
+// uses it when its backend has it, while it hears events (see
+// Options.NoHandOff).
+type Handoffer interface {
+	Steerer
+	// Campaign is AcquireValue for candidate c, with two additions. If
+	// another term holds the lease, c is registered as a candidate of key
+	// until c.TTL from now. If c.Owner holds a term that was handed to it
+	// and not yet confirmed, Campaign confirms it: the lease is extended to
+	// ttl from now and acquired is true.
+	Campaign(ctx context.Context, key string, c Candidate, ttl time.Duration, floor int64) (lease Lease, acquired bool, err error)
+	// HandOff ends the term (key, owner, token) and, in the same atomic
+	// operation, hands the lease to the best live candidate: to if it is
+	// one (or the target of a Transfer), else the one of highest priority,
+	// then the longest waiting. The successor's term has token + 1 and
+	// expires at its candidate expiry until it confirms it. Without a live
+	// candidate it releases. It reports whether the term still held the
+	// lease, and the successor ("" if released).
+	HandOff(ctx context.Context, key, owner string, token int64, to string) (released bool, successor string, err error)
+	// RenewPreferring is RenewTerm, and it also asks the term to resign when
+	// a live candidate of higher priority than the term's waits and the
+	// term has lasted minTerm.
+	RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (expires time.Time, resign bool, err error)
+	// Transfer asks the term holding key to end and hand off to the live
+	// candidate to; its holder learns at its next renewal. An error
+	// matching [ErrNoCandidate] says to is not a live candidate. It reports
+	// whether a term was asked, and the lease as it was.
+	Transfer(ctx context.Context, key, to string) (lease Lease, asked bool, err error)
+	// Candidates lists key's live candidates, the best first.
+	Candidates(ctx context.Context, key string) ([]Candidate, error)
+	// Withdraw removes owner's candidate registration for key.
+	Withdraw(ctx context.Context, key, owner string) error
+}
+
+// ErrNoCandidate is matched by the error of a transfer to an owner that is
+// not a live candidate of the key.
+var ErrNoCandidate = errors.New("pgleader: not a live candidate")

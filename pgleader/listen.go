@@ -58,8 +58,22 @@ type listener struct {
 }
 
 type watch struct {
-	key string
-	ch  chan Event
+	key  string
+	ch   chan Event
+	cand *CandidateWatch // nil unless a candidate watches
+
+	heedAfter time.Time // hand-off hints before this are not checked; guarded by listener.mu
+}
+
+// WatchCandidate implements [CandidateWatcher]: the LISTEN connection
+// checks a hand-off hint naming c.Owner itself, with pgleader.take, as soon
+// as it arrives. It is awake then, so the check costs one round trip with
+// nothing idle on its path.
+func (p *Postgres) WatchCandidate(key string, c CandidateWatch) (<-chan Event, func()) {
+	if p.listen == nil {
+		return nil, func() {}
+	}
+	return p.listen.watchAs(key, &c)
 }
 
 func newListener(db DB, connect *pgx.ConnConfig, log *slog.Logger) *listener {
@@ -86,9 +100,13 @@ func (p *Postgres) Listening() bool {
 }
 
 func (l *listener) watch(key string) (<-chan Event, func()) {
+	return l.watchAs(key, nil)
+}
+
+func (l *listener) watchAs(key string, c *CandidateWatch) (<-chan Event, func()) {
 	l.life.Lock()
 	defer l.life.Unlock()
-	w := &watch{key: key, ch: make(chan Event, 16)}
+	w := &watch{key: key, ch: make(chan Event, 16), cand: c}
 	l.mu.Lock()
 	if l.watchers[key] == nil {
 		l.watchers[key] = make(map[*watch]struct{})
@@ -173,6 +191,7 @@ func (l *listener) session(ctx context.Context) error {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
 	probes := make(chan string, 1)
+	var checks []*watch // hand-off hints to check once the read returns
 	theirs := cfg.OnNotification
 	cfg.OnNotification = func(c *pgconn.PgConn, n *pgconn.Notification) {
 		if theirs != nil {
@@ -189,7 +208,7 @@ func (l *listener) session(ctx context.Context) error {
 			return
 		}
 		if ev, ok := parseEvent(n.Payload); ok {
-			l.deliver(ev)
+			checks = append(checks, l.deliver(ev)...)
 		}
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -207,12 +226,60 @@ func (l *listener) session(ctx context.Context) error {
 	}
 	l.setListening(true)
 	l.broadcast(Event{Kind: EventResync})
+	// Check for every candidate once: a hand-off may have been missed while
+	// the connection was down, and the session's first statement on the
+	// lease pays for loading what it reads, which must not fall on a
+	// hand-off's path.
+	l.mu.Lock()
+	for _, ws := range l.watchers {
+		for w := range ws {
+			if w.cand != nil {
+				checks = append(checks, w)
+			}
+		}
+	}
+	l.mu.Unlock()
+	resync := len(checks)
 	for {
+		for len(checks) > 0 {
+			w := checks[0]
+			checks = checks[1:]
+			if err := l.check(ctx, conn, w, resync <= 0); err != nil {
+				return err
+			}
+			resync--
+		}
 		// Notifications are handled by OnNotification as they are read.
 		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return err
 		}
 	}
+}
+
+// check asks the database whether the lease was handed to w's candidate,
+// confirming the term if so, and delivers the answer to w. A check for a
+// hint that proved false defers the next hint's check (see HeedEvery). It
+// returns an error only when the connection can no longer be trusted.
+func (l *listener) check(ctx context.Context, conn *pgx.Conn, w *watch, hint bool) error {
+	sent := time.Now()
+	cctx, cancel := context.WithDeadline(ctx, sent.Add(w.cand.Budget))
+	lease, acquired, err := take(cctx, conn, w.key, w.cand.Owner, w.cand.TTL)
+	cancel()
+	ev := Event{Kind: EventHandedOff, Key: w.key, Owner: w.cand.Owner, Checked: true,
+		Acquired: acquired, Lease: lease, Sent: sent, Err: err}
+	l.mu.Lock()
+	if hint && !acquired {
+		w.heedAfter = sent.Add(w.cand.HeedEvery)
+	}
+	if _, ok := l.watchers[w.key][w]; ok {
+		send(w.ch, ev)
+	}
+	l.mu.Unlock()
+	var pgErr *pgconn.PgError
+	if err != nil && !errors.As(err, &pgErr) {
+		return err
+	}
+	return nil
 }
 
 // probeChannelPrefix starts the name of each probe's own channel.
@@ -268,12 +335,22 @@ func (l *listener) setListening(v bool) bool {
 	return changed
 }
 
-func (l *listener) deliver(ev Event) {
+// deliver sends ev to the watchers of its key, and returns the candidate
+// watchers whose hand-off hint is to be checked instead.
+func (l *listener) deliver(ev Event) []*watch {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var checks []*watch
 	for w := range l.watchers[ev.Key] {
+		if ev.Kind == EventHandedOff && w.cand != nil {
+			if w.cand.Owner == ev.Owner && !time.Now().Before(w.heedAfter) {
+				checks = append(checks, w)
+			}
+			continue
+		}
 		send(w.ch, ev)
 	}
+	return checks
 }
 
 func (l *listener) broadcast(ev Event) {
@@ -289,7 +366,8 @@ func (l *listener) broadcast(ev Event) {
 }
 
 // send delivers ev without blocking, dropping the oldest event if the
-// reader is behind.
+// reader is behind, but never a confirmed term (ev.keep): a newer hint is
+// dropped instead.
 func send(ch chan Event, ev Event) {
 	for {
 		select {
@@ -298,13 +376,17 @@ func send(ch chan Event, ev Event) {
 		default:
 		}
 		select {
-		case <-ch:
+		case old := <-ch:
+			if old.keep() && !ev.keep() {
+				ev = old
+			}
 		default:
 		}
 	}
 }
 
-// parseEvent reads a payload "<event> <ttl µs> <key>". Anyone who can
+// parseEvent reads a payload "<event> <ttl µs> <key>", or "handoff <n>
+// <owner> <key>" where n is the owner's length in bytes. Anyone who can
 // connect can send one, so every field is checked and anything else is
 // dropped. The TTL field is checked but not used: an event is a hint to look
 // again, and what a candidate waits for is what it read from the database.
@@ -312,6 +394,9 @@ func parseEvent(payload string) (Event, bool) {
 	kind, rest, ok := strings.Cut(payload, " ")
 	if !ok {
 		return Event{}, false
+	}
+	if kind == "handoff" {
+		return parseHandOff(rest)
 	}
 	us, key, ok := strings.Cut(rest, " ")
 	if !ok || CheckKey(key) != nil || len(us) == 0 || len(us) > 19 || strings.Trim(us, "0123456789") != "" {
@@ -332,4 +417,21 @@ func parseEvent(payload string) (Event, bool) {
 		return Event{}, false
 	}
 	return ev, true
+}
+
+// parseHandOff reads "<n> <owner> <key>", the rest of a hand-off payload.
+func parseHandOff(rest string) (Event, bool) {
+	ns, rest, ok := strings.Cut(rest, " ")
+	if !ok || len(ns) == 0 || len(ns) > 3 || strings.Trim(ns, "0123456789") != "" {
+		return Event{}, false
+	}
+	n, err := strconv.Atoi(ns)
+	if err != nil || n > len(rest)-2 || rest[n] != ' ' {
+		return Event{}, false
+	}
+	owner, key := rest[:n], rest[n+1:]
+	if CheckOwner(owner) != nil || CheckKey(key) != nil {
+		return Event{}, false
+	}
+	return Event{Kind: EventHandedOff, Key: key, Owner: owner}, true
 }

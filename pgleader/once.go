@@ -48,7 +48,7 @@ func (e *Elector) RunOnce(ctx context.Context) error {
 	}
 	defer e.setState(StateStopped, time.Time{})
 	e.setState(StateCampaigning, time.Time{})
-	lease, sent, won, err := e.campaign(ctx)
+	lease, sent, won, err := e.campaign(ctx, false, false)
 	switch {
 	case err != nil:
 		return err
@@ -87,4 +87,42 @@ func Do(ctx context.Context, b Backend, spec Spec, fn func(ctx context.Context, 
 		return err
 	}
 	return el.RunOnce(ctx)
+}
+
+// Transfer ends the live term as [Elector.StepDown] does and hands the lease
+// to the candidate to: pgleader.transfer marks the lease for it (an error
+// matching [ErrNoCandidate] if to is not a live candidate of the key; then
+// nothing changes), and the hand-off picks it if it is still live then. It
+// returns once the term is over, or when ctx is done; ErrNotLeader if no
+// term is live. The backend must be a [Handoffer] with hand-off on. To
+// transfer the term of another replica, call the backend's Transfer (or
+// pgleader.transfer in SQL, or the CLI's transfer): its holder learns at
+// its next renewal.
+func (e *Elector) Transfer(ctx context.Context, to string) error {
+	if e.handoffer == nil {
+		return invalidf("Transfer: %T cannot hand off (it is not a Handoffer, or Options.NoHandOff is set)", e.backend)
+	}
+	if err := CheckOwner(to); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	t := e.term
+	e.mu.Unlock()
+	if t == nil || !t.Live() {
+		return ErrNotLeader
+	}
+	l, asked, err := e.handoffer.Transfer(ctx, e.spec.Key, to)
+	if err != nil {
+		return err
+	}
+	if !asked || l.Token != t.token {
+		return fmt.Errorf("%w: the lease is held by term %d of %q", ErrNotLeader, l.Token, l.Holder)
+	}
+	t.requestResign()
+	select {
+	case <-t.over:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

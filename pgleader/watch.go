@@ -24,6 +24,9 @@ const (
 	// EventDeaf: the watcher stopped delivering events (its connection
 	// was lost); candidates poll until EventResync.
 	EventDeaf
+	// EventHandedOff: the holding term handed the lease to Event.Owner (a
+	// hint, unless Checked).
+	EventHandedOff
 )
 
 // String returns the kind's name.
@@ -39,6 +42,8 @@ func (k EventKind) String() string {
 		return "resync"
 	case EventDeaf:
 		return "deaf"
+	case EventHandedOff:
+		return "handoff"
 	}
 	return "unknown"
 }
@@ -51,7 +56,23 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind EventKind
 	Key  string
+	// Owner is the successor a hand-off event names.
+	Owner string
+	// Checked is set on a hand-off event that the watcher already checked
+	// with the database for the candidate it names (see [Postgres]): Lease
+	// and Acquired are the database's answer to a statement sent at Sent,
+	// or Err why there is none. Acquired means the candidate's term is
+	// confirmed, as by Handoffer.Campaign.
+	Checked  bool
+	Acquired bool
+	Lease    Lease
+	Sent     time.Time
+	Err      error
 }
+
+// keep reports whether ev must not be dropped for a newer event: it is the
+// only record of a confirmed term.
+func (ev Event) keep() bool { return ev.Checked && ev.Acquired }
 
 // Watcher is implemented by backends that push lease events, so candidates
 // campaign when a lease is released or expires instead of polling. The
@@ -66,6 +87,33 @@ type Watcher interface {
 	// Listening reports whether events are being delivered now. While it
 	// is false, candidates poll every CampaignEvery.
 	Listening() bool
+}
+
+// CandidateWatch is what a [CandidateWatcher] needs to check a hand-off hint
+// for a candidate.
+type CandidateWatch struct {
+	// Owner is the candidate; TTL the lease TTL its confirmed term gets.
+	Owner string
+	TTL   time.Duration
+	// Budget bounds each check from its send: a term confirmed later would
+	// be past its yield instant.
+	Budget time.Duration
+	// HeedEvery spaces the checks after one proved false, so that a flood
+	// of forged hints costs at most one statement per HeedEvery.
+	HeedEvery time.Duration
+}
+
+// CandidateWatcher is implemented by Watchers that check a hand-off hint
+// naming a candidate themselves, on their own connection, and deliver the
+// answer as a Checked [EventHandedOff] ([Postgres] does). An Elector whose
+// backend is a [Handoffer] uses it when it waits.
+type CandidateWatcher interface {
+	Watcher
+	// WatchCandidate is Watch for candidate c: a hand-off hint naming
+	// c.Owner is checked with the backend (confirming the term if it was
+	// handed to c.Owner, as Handoffer.Campaign does) and delivered as a
+	// Checked event; hints naming others are not delivered.
+	WatchCandidate(key string, c CandidateWatch) (events <-chan Event, stop func())
 }
 
 // FloorAcquirer is implemented by backends that can raise the token counter

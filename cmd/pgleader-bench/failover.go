@@ -14,7 +14,7 @@ import (
 // released. It measures, on the database clock, from the lease's expiry and
 // from the crash until the successor's acquisition.
 func (b *bench) failover(ctx context.Context, n int) (fromExpiry, fromCrash []time.Duration, err error) {
-	x, y, err := b.pair(ctx, "failover", true)
+	x, y, err := b.pair(ctx, "failover", true, true)
 	defer func() {
 		x.close()
 		if y != nil {
@@ -26,7 +26,8 @@ func (b *bench) failover(ctx context.Context, n int) (fromExpiry, fromCrash []ti
 	}
 	leader, cand := x, y
 	for i := 0; i < n; i++ {
-		drainTimes(cand.acquiredAt)
+		drainTimes(cand.knowsAt)
+		drainTimes(cand.sentAt)
 		drainTimes(cand.firstWrite)
 		// Crash at a random point of the renewal cycle.
 		if !wait.Sleep(ctx, time.Duration(rand.Int64N(int64(2*time.Second)))) {
@@ -62,7 +63,7 @@ func (b *bench) failover(ctx context.Context, n int) (fromExpiry, fromCrash []ti
 		if err := leader.start(); err != nil {
 			return nil, nil, err
 		}
-		if err := b.ready(ctx, leader, before+1, true); err != nil {
+		if err := b.ready(ctx, leader, before+1, true, false); err != nil {
 			return nil, nil, err
 		}
 		leader, cand = cand, leader

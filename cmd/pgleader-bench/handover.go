@@ -33,15 +33,29 @@ func drainTimes(ch chan time.Time) {
 	}
 }
 
+// mode is how a handover goes: by hand-off to a registered candidate, by
+// release and a NOTIFY-woken acquire, or by release and polling.
+type mode struct {
+	name            string
+	notify, handOff bool
+	key             string
+}
+
+var modes = []mode{
+	{"hand-off (LISTEN/NOTIFY, candidate rows)", true, true, "handover-handoff"},
+	{"release, then acquire (LISTEN/NOTIFY, NoHandOff)", true, false, "handover-notify"},
+	{"polling every CampaignEvery (PollOnly)", false, false, "handover-poll"},
+}
+
 // pair starts two replicas of key: x leads (and has written), y waits.
-func (b *bench) pair(ctx context.Context, key string, notify bool) (x, y *replica, err error) {
+func (b *bench) pair(ctx context.Context, key string, notify, handOff bool) (x, y *replica, err error) {
 	if _, err := b.admin.Exec(ctx, `INSERT INTO digests (name, body) VALUES ($1, '') ON CONFLICT DO NOTHING`, key); err != nil {
 		return nil, nil, err
 	}
-	if x, err = newReplica(ctx, b.url, key, "a-"+key, notify); err != nil {
+	if x, err = newReplica(ctx, b.url, key, "a-"+key, notify, handOff); err != nil {
 		return nil, nil, err
 	}
-	if y, err = newReplica(ctx, b.url, key, "b-"+key, notify); err != nil {
+	if y, err = newReplica(ctx, b.url, key, "b-"+key, notify, handOff); err != nil {
 		x.close()
 		return nil, nil, err
 	}
@@ -54,11 +68,12 @@ func (b *bench) pair(ctx context.Context, key string, notify bool) (x, y *replic
 	if err := y.start(); err != nil {
 		return x, y, err
 	}
-	return x, y, b.ready(ctx, y, 1, notify)
+	return x, y, b.ready(ctx, y, 1, notify, notify && handOff)
 }
 
-// ready waits until r has campaigned n times and, with notify, listens.
-func (b *bench) ready(ctx context.Context, r *replica, n int64, notify bool) error {
+// ready waits until r has campaigned n times and, with notify, listens;
+// with registered, until it is a live candidate of its key.
+func (b *bench) ready(ctx context.Context, r *replica, n int64, notify, registered bool) error {
 	if err := r.waitAttempts(ctx, n); err != nil {
 		return err
 	}
@@ -67,23 +82,34 @@ func (b *bench) ready(ctx context.Context, r *replica, n int64, notify bool) err
 			return ctx.Err()
 		}
 	}
+	for registered {
+		var ok bool
+		if err := b.admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pgleader.candidates($1) WHERE owner = $2)`, r.key, r.owner).Scan(&ok); err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if !wait.Sleep(ctx, time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 
-// handover stops the leader gracefully n times, alternating, and measures
-// from the start of each stop until the successor's acquire returned (a)
-// and until its first fenced write committed (b).
-// steps splits handovers into the leader's stop until its release
-// returned, from there until the successor sent its winning acquire, and
-// that acquire's round trip.
-type steps struct{ stop, release, wake, acquire []time.Duration }
+// steps splits a handover: from the start of the leader's stop until it
+// sent the statement that ends its term (release or hand_off); that
+// statement's round trip; from its answer until the successor sent the
+// statement that proved its term (notification delivery, wake-up, and on
+// the old path the fence floor read); and from that send until the
+// successor knew it leads (its round trip).
+type steps struct{ stop, release, wake, prove []time.Duration }
 
-func (b *bench) handover(ctx context.Context, notify bool, n int) (toAcquire, toWrite []time.Duration, st steps, err error) {
-	key := "handover-poll"
-	if notify {
-		key = "handover-notify"
-	}
-	x, y, err := b.pair(ctx, key, notify)
+// handover stops the leader gracefully n times, alternating, and measures
+// from the start of each stop until the successor knew it leads (its Claim
+// was called: a) and until its first fenced write committed (b).
+func (b *bench) handover(ctx context.Context, m mode, n int) (toKnow, toWrite []time.Duration, st steps, err error) {
+	x, y, err := b.pair(ctx, m.key, m.notify, m.handOff)
 	defer func() {
 		x.close()
 		if y != nil {
@@ -95,7 +121,7 @@ func (b *bench) handover(ctx context.Context, notify bool, n int) (toAcquire, to
 	}
 	leader, cand := x, y
 	for i := 0; i < n; i++ {
-		for _, ch := range []chan time.Time{cand.sentAt, cand.acquiredAt, cand.firstWrite, leader.releaseSent, leader.releasedAt} {
+		for _, ch := range []chan time.Time{cand.sentAt, cand.knowsAt, cand.firstWrite, leader.releaseSent, leader.releasedAt} {
 			drainTimes(ch)
 		}
 		// Stop at a random point of the candidate's polling cycle.
@@ -108,17 +134,17 @@ func (b *bench) handover(ctx context.Context, notify bool, n int) (toAcquire, to
 		for j, w := range []struct {
 			ch   chan time.Time
 			what string
-		}{{leader.releasedAt, "release"}, {cand.sentAt, "successor acquire"}, {cand.acquiredAt, "successor acquire"}, {cand.firstWrite, "successor write"}, {leader.releaseSent, "release"}} {
+		}{{leader.releasedAt, "release"}, {cand.sentAt, "successor's proof"}, {cand.knowsAt, "successor's claim"}, {cand.firstWrite, "successor write"}, {leader.releaseSent, "release"}} {
 			if at[j], err = await(ctx, w.ch, 10*time.Second, w.what); err != nil {
 				return nil, nil, st, err
 			}
 		}
-		toAcquire = append(toAcquire, at[2].Sub(start))
+		toKnow = append(toKnow, at[2].Sub(start))
 		toWrite = append(toWrite, at[3].Sub(start))
 		st.stop = append(st.stop, at[4].Sub(start))
 		st.release = append(st.release, at[0].Sub(at[4]))
 		st.wake = append(st.wake, at[1].Sub(at[0]))
-		st.acquire = append(st.acquire, at[2].Sub(at[1]))
+		st.prove = append(st.prove, at[2].Sub(at[1]))
 		if err := <-leader.done; err != nil {
 			return nil, nil, st, err
 		}
@@ -126,44 +152,48 @@ func (b *bench) handover(ctx context.Context, notify bool, n int) (toAcquire, to
 		if err := leader.start(); err != nil {
 			return nil, nil, st, err
 		}
-		if err := b.ready(ctx, leader, before+1, notify); err != nil {
+		if err := b.ready(ctx, leader, before+1, m.notify, m.notify && m.handOff); err != nil {
 			return nil, nil, st, err
 		}
 		leader, cand = cand, leader
 	}
-	return toAcquire, toWrite, st, nil
+	return toKnow, toWrite, st, nil
 }
 
 func (b *bench) handoverTable(ctx context.Context, rtt, idleRTT time.Duration) error {
 	fmt.Printf("## Graceful handover (%d handovers per mode; from the start of the leader's stop)\n\n", *handovers)
-	fmt.Println("| mode | (a) until successor's acquire returns: p50 / p90 / p99 / max | (b) until its first fenced write commits: p50 / p90 / p99 / max |")
+	fmt.Println("| mode | (a) until the successor knows it leads: p50 / p90 / p99 / max | (b) until its first fenced write commits: p50 / p90 / p99 / max |")
 	fmt.Println("|---|---|---|")
-	var notifyA, notifyB []time.Duration
-	var notifySteps steps
-	for _, notify := range []bool{true, false} {
-		a, w, st, err := b.handover(ctx, notify, *handovers)
+	var handA, handB []time.Duration
+	stepsOf := map[string]steps{}
+	for _, m := range modes {
+		a, w, st, err := b.handover(ctx, m, *handovers)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
-		mode := "polling every CampaignEvery (PollOnly)"
-		if notify {
-			mode = "LISTEN/NOTIFY"
-			notifyA, notifyB, notifySteps = a, w, st
+		if m.handOff {
+			handA, handB = a, w
 		}
-		fmt.Printf("| %s | %s | %s |\n", mode, summary(a), summary(w))
+		stepsOf[m.name] = st
+		fmt.Printf("| %s | %s | %s |\n", m.name, summary(a), summary(w))
 	}
-	defer fmt.Printf("With NOTIFY, (a) in steps (p50 / p90 / p99 / max):\n"+
-		"- from the stop until the leader sent its release (the body returns): %s\n"+
-		"- the release's round trip: %s\n"+
-		"- until the successor sent its acquire (NOTIFY delivery, wake-up, fence floor read): %s\n"+
-		"- the acquire's round trip: %s\n\n",
-		summary(notifySteps.stop), summary(notifySteps.release), summary(notifySteps.wake), summary(notifySteps.acquire))
-	// release, fence floor read, acquire; then claim and the first write.
-	fmt.Printf("| physical floor: back-to-back round trip × statements | %s (3 statements) | %s (5 statements) |\n", ms(3*rtt), ms(5*rtt))
-	fmt.Printf("| physical floor: round trip after idle × statements | %s | %s |\n\n", ms(3*idleRTT), ms(5*idleRTT))
-	fmt.Printf("Goals: (a) p50 ≤ 3 ms and max ≤ 10 ms: %s (p50 %s, max %s); (b) p99 ≤ 15 ms: %s (p99 %s)\n\n",
-		verdict(percentile(notifyA, 50) <= 3*time.Millisecond && percentile(notifyA, 100) <= 10*time.Millisecond),
-		ms(percentile(notifyA, 50)), ms(percentile(notifyA, 100)),
-		verdict(percentile(notifyB, 99) <= 15*time.Millisecond), ms(percentile(notifyB, 99)))
+	// Hand-off: hand_off; the successor's take; then claim and the first
+	// write, each on the pool (which pings a connection idle over 1 s).
+	fmt.Printf("| physical floor of hand-off: back-to-back round trip × statements | %s (2 statements) | %s (4 statements) |\n", ms(2*rtt), ms(4*rtt))
+	fmt.Printf("| physical floor of hand-off: round trip after idle × statements | %s | %s |\n\n", ms(2*idleRTT), ms(4*idleRTT))
+	fmt.Println("(a) in steps, p50 / p90 / p99 / max:")
+	fmt.Println()
+	fmt.Println("| mode | stop → leader sends release or hand_off | its round trip | → successor sends the statement that proves its term | that statement's round trip |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, m := range modes[:2] {
+		st := stepsOf[m.name]
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", m.name, summary(st.stop), summary(st.release), summary(st.wake), summary(st.prove))
+	}
+	fmt.Println()
+	fmt.Printf("Goals (hand-off): (a) p50 ≤ 1.5 ms and max ≤ 5 ms: %s (p50 %s, max %s); (b) p50 ≤ 2.5 ms and p99 ≤ 8 ms: %s (p50 %s, p99 %s)\n\n",
+		verdict(percentile(handA, 50) <= 1500*time.Microsecond && percentile(handA, 100) <= 5*time.Millisecond),
+		ms(percentile(handA, 50)), ms(percentile(handA, 100)),
+		verdict(percentile(handB, 50) <= 2500*time.Microsecond && percentile(handB, 99) <= 8*time.Millisecond),
+		ms(percentile(handB, 50)), ms(percentile(handB, 99)))
 	return nil
 }

@@ -42,9 +42,10 @@ type replica struct {
 	count   *counter
 	crashed atomic.Bool
 
+	noHandOff   bool
 	attempts    atomic.Int64
-	sentAt      chan time.Time // when a winning acquire was sent
-	acquiredAt  chan time.Time // when a winning acquire returned
+	sentAt      chan time.Time // when the statement that proved a term was sent
+	knowsAt     chan time.Time // when the successor knew it leads (Claim was called)
 	releaseSent chan time.Time // when a release that took effect was sent
 	releasedAt  chan time.Time // when it returned
 	firstWrite  chan time.Time // when a term's first fenced write committed
@@ -54,13 +55,13 @@ type replica struct {
 	done   chan error
 }
 
-func newReplica(ctx context.Context, url, key, owner string, notify bool) (*replica, error) {
+func newReplica(ctx context.Context, url, key, owner string, notify, handOff bool) (*replica, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
-	r := &replica{owner: owner, key: key, count: &counter{},
-		sentAt: make(chan time.Time, 1), acquiredAt: make(chan time.Time, 1),
+	r := &replica{owner: owner, key: key, count: &counter{}, noHandOff: !handOff,
+		sentAt: make(chan time.Time, 1), knowsAt: make(chan time.Time, 1),
 		releaseSent: make(chan time.Time, 1), releasedAt: make(chan time.Time, 1), firstWrite: make(chan time.Time, 1)}
 	cfg.MinConns = 2
 	cfg.ConnConfig.Tracer = r.count
@@ -82,8 +83,8 @@ func newReplica(ctx context.Context, url, key, owner string, notify bool) (*repl
 
 // start runs the elector until stop or crash.
 func (r *replica) start() error {
-	el, err := pgleader.New((*timed)(r), recipe(r.key), pgleader.Options{
-		Owner: r.owner, Logger: quiet, Lead: r.lead, Claim: r.claim, FenceFloor: r.floor,
+	el, err := pgleader.New(&timed{r.pg, r}, recipe(r.key), pgleader.Options{
+		Owner: r.owner, Logger: quiet, Lead: r.lead, Claim: r.claim, FenceFloor: r.floor, NoHandOff: r.noHandOff,
 	})
 	if err != nil {
 		return err
@@ -117,7 +118,10 @@ func (r *replica) waitAttempts(ctx context.Context, n int64) error {
 	return nil
 }
 
+// claim is the first thing a term runs: the successor knows it leads.
 func (r *replica) claim(ctx context.Context, t *pgleader.Term) (bool, error) {
+	offer(r.knowsAt, time.Now())
+	offer(r.sentAt, r.el.Status().LastRenewSent)
 	err := digests.Claim(ctx, r.pool, r.key, t.Token())
 	if errors.Is(err, sqlfence.ErrFenced) {
 		return false, nil
@@ -150,58 +154,101 @@ func offer(ch chan time.Time, t time.Time) {
 	}
 }
 
-// timed is the replica's backend: PostgreSQL, with its acquisitions timed
-// and a switch that makes it behave like a crashed process.
-type timed replica
+// timed is the replica's backend: PostgreSQL, with its lease operations
+// timed and a switch that makes it behave like a crashed process. It embeds
+// the *pgleader.Postgres so that the elector finds everything the backend
+// does (its own lease connection, its checked hand-off hints).
+type timed struct {
+	*pgleader.Postgres
+	r *replica
+}
+
+func (t *timed) crashed() error {
+	if t.r.crashed.Load() {
+		return errCrashed
+	}
+	return nil
+}
 
 func (t *timed) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	return t.AcquireWithFloor(ctx, key, owner, ttl, 0)
+	return t.AcquireValue(ctx, key, owner, ttl, 0, "")
 }
 
 func (t *timed) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
-	if t.crashed.Load() {
-		return pgleader.Lease{}, false, errCrashed
+	return t.AcquireValue(ctx, key, owner, ttl, floor, "")
+}
+
+func (t *timed) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
+	if err := t.crashed(); err != nil {
+		return pgleader.Lease{}, false, err
 	}
-	sent := time.Now()
-	l, ok, err := t.pg.AcquireWithFloor(ctx, key, owner, ttl, floor)
-	t.attempts.Add(1)
-	if ok {
-		offer(t.acquiredAt, time.Now())
-		offer(t.sentAt, sent)
+	defer t.r.attempts.Add(1)
+	return t.Postgres.AcquireValue(ctx, key, owner, ttl, floor, value)
+}
+
+func (t *timed) Campaign(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	if err := t.crashed(); err != nil {
+		return pgleader.Lease{}, false, err
 	}
-	return l, ok, err
+	defer t.r.attempts.Add(1)
+	return t.Postgres.Campaign(ctx, key, c, ttl, floor)
 }
 
 func (t *timed) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
-	if t.crashed.Load() {
-		return time.Time{}, errCrashed
+	e, _, err := t.RenewTerm(ctx, key, owner, token, ttl)
+	return e, err
+}
+
+func (t *timed) RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, bool, error) {
+	if err := t.crashed(); err != nil {
+		return time.Time{}, false, err
 	}
-	return t.pg.Renew(ctx, key, owner, token, ttl)
+	return t.Postgres.RenewTerm(ctx, key, owner, token, ttl)
+}
+
+func (t *timed) RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
+	if err := t.crashed(); err != nil {
+		return time.Time{}, false, err
+	}
+	return t.Postgres.RenewPreferring(ctx, key, owner, token, ttl, minTerm)
 }
 
 func (t *timed) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
-	if t.crashed.Load() {
-		return false, errCrashed
+	if err := t.crashed(); err != nil {
+		return false, err
 	}
 	sent := time.Now()
-	ok, err := t.pg.Release(ctx, key, owner, token)
+	ok, err := t.Postgres.Release(ctx, key, owner, token)
 	if ok {
-		offer(t.releaseSent, sent)
-		offer(t.releasedAt, time.Now())
+		offer(t.r.releaseSent, sent)
+		offer(t.r.releasedAt, time.Now())
 	}
 	return ok, err
 }
 
-func (t *timed) Lease(ctx context.Context, key string) (pgleader.Lease, error) {
-	return t.pg.Lease(ctx, key)
+func (t *timed) HandOff(ctx context.Context, key, owner string, token int64, to string) (bool, string, error) {
+	if err := t.crashed(); err != nil {
+		return false, "", err
+	}
+	sent := time.Now()
+	ok, successor, err := t.Postgres.HandOff(ctx, key, owner, token, to)
+	if ok {
+		offer(t.r.releaseSent, sent)
+		offer(t.r.releasedAt, time.Now())
+	}
+	return ok, successor, err
 }
 
 func (t *timed) Advance(ctx context.Context, key string, floor int64) (bool, int64, error) {
-	if t.crashed.Load() {
-		return false, 0, errCrashed
+	if err := t.crashed(); err != nil {
+		return false, 0, err
 	}
-	return t.pg.Advance(ctx, key, floor)
+	return t.Postgres.Advance(ctx, key, floor)
 }
 
-func (t *timed) Watch(key string) (<-chan pgleader.Event, func()) { return t.pg.Watch(key) }
-func (t *timed) Listening() bool                                  { return t.pg.Listening() }
+func (t *timed) Withdraw(ctx context.Context, key, owner string) error {
+	if err := t.crashed(); err != nil {
+		return err
+	}
+	return t.Postgres.Withdraw(ctx, key, owner)
+}

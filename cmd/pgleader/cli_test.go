@@ -44,6 +44,7 @@ func TestCLI(t *testing.T) {
 		{"RunCampaignsAgain", testRunCampaignsAgain},
 		{"RunSecondSignal", testRunSecondSignal},
 		{"Resign", testResign},
+		{"Transfer", testTransfer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -38,6 +38,7 @@ Usage:
   pgleader status  [--database URL] [KEY]
   pgleader advance [--database URL] KEY FLOOR
   pgleader resign  [--database URL] [--token N] KEY
+  pgleader transfer [--database URL] KEY OWNER
   pgleader grant   [--database URL] ROLE
   pgleader run     [--database URL] --key KEY [flags] -- COMMAND [ARG...]
 
@@ -95,10 +96,12 @@ func dispatch(args []string, stdout, stderr *os.File) error {
 		return cmdGrant(rest, stdout, stderr)
 	case "resign":
 		return cmdResign(rest, stdout, stderr)
+	case "transfer":
+		return cmdTransfer(rest, stdout, stderr)
 	case "run":
 		return cmdRun(rest, stderr)
 	}
-	return &usageError{err: fmt.Errorf("unknown command %q (want migrate, status, advance, resign, grant or run)", cmd)}
+	return &usageError{err: fmt.Errorf("unknown command %q (want migrate, status, advance, resign, transfer, grant or run)", cmd)}
 }
 
 // usageError is bad usage: the process exits 2 and points to the help.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -53,6 +54,7 @@ func cmdRun(args []string, stderr *os.File) error {
 	fs.StringVar(&spec.Key, "key", "", "the lease `key` naming the work (required)")
 	owner := fs.String("owner", "", "this replica's `name`, unique among replicas (default hostname:pid:random)")
 	value := fs.String("value", "", "a `value` published with the lease while this replica leads, e.g. its address (at most 1024 bytes; shown by status)")
+	priority := fs.Int("priority", 0, "this replica's `priority` as a candidate: a leader of lower priority hands the lease to it (after a term of at least ttl)")
 	fs.DurationVar(&spec.TTL, "ttl", 0, "lease TTL on the database clock (default 6s)")
 	fs.DurationVar(&spec.RenewEvery, "renew-every", 0, "interval between renewals (default ttl/3)")
 	fs.DurationVar(&spec.CampaignEvery, "campaign-every", 0, "interval between campaigns while another replica leads (default ttl/12)")
@@ -68,6 +70,8 @@ func cmdRun(args []string, stderr *os.File) error {
 	switch {
 	case spec.Key == "":
 		return usagef("run", "--key is required")
+	case *priority < math.MinInt32 || *priority > math.MaxInt32:
+		return usagef("run", "--priority must be a 32-bit integer, got %d", *priority)
 	case len(argv) == 0:
 		return usagef("run", "no command: pgleader run --key KEY [flags] -- COMMAND [ARG...]")
 	}
@@ -103,7 +107,7 @@ func cmdRun(args []string, stderr *os.File) error {
 	sup := &supervisor{path: path, argv: argv, log: logger, exitWithChild: *exitWithChild,
 		stopRun: cancel, force: make(chan struct{})}
 	el, err := pgleader.New(backend, spec, pgleader.Options{
-		Owner: *owner, Value: *value, Lead: sup.lead, Logger: logger, Observer: sup})
+		Owner: *owner, Value: *value, Priority: int32(*priority), Lead: sup.lead, Logger: logger, Observer: sup})
 	if err != nil {
 		return usagef("run", "%v", err)
 	}

@@ -24,7 +24,9 @@ const statusUsage = `Usage: pgleader status [--database URL] [KEY]
 Prints a table of leases as the database sees them on its own clock: each
 key, the replica holding it ("-" when free or expired), the token (of the
 holding term, or the last one issued while free) and how long the lease has
-left. Without KEY it lists every key the database has seen.
+left. Without KEY it lists every key the database has seen; with KEY it
+also lists the replicas waiting for it (its candidates, if any), the best
+first: the lease is handed to the first when its holder steps down.
 
 With --set it summarises a set of keys (pgleader.Set): each live member
 (a replica campaigning for the set) with the keys it reported holding at
@@ -82,15 +84,43 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 
 	var rows []leaseRow
 	if len(pos) == 1 {
-		l, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).Lease(ctx, pos[0])
+		p := pgleader.NewPostgres(pool, pgleader.PollOnly())
+		l, err := p.Lease(ctx, pos[0])
 		if err != nil {
 			return notMigratedHint(err)
 		}
-		rows = []leaseRow{{key: l.Key, holder: l.Holder, token: l.Token, remaining: l.Remaining(), value: l.Value}}
+		cs, err := p.Candidates(ctx, pos[0])
+		if err != nil {
+			return notMigratedHint(err)
+		}
+		if err := printLeases(stdout, []leaseRow{{key: l.Key, holder: l.Holder, token: l.Token, remaining: l.Remaining(), value: l.Value}}); err != nil {
+			return err
+		}
+		return printCandidates(stdout, cs, l.Now)
 	} else if rows, err = allLeases(ctx, pool); err != nil {
 		return notMigratedHint(err)
 	}
 	return printLeases(stdout, rows)
+}
+
+// printCandidates prints a key's candidates, their expiry counted on the
+// database clock (now).
+func printCandidates(w io.Writer, cs []pgleader.Candidate, now time.Time) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CANDIDATE\tPRIORITY\tWAITING FOR\tEXPIRES IN\tVALUE")
+	for _, c := range cs {
+		value := "-"
+		if c.Value != "" {
+			value = strconv.Quote(c.Value)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", c.Owner, c.Priority,
+			now.Sub(c.RegisteredAt).Round(time.Millisecond), c.ExpiresAt.Sub(now).Round(time.Millisecond), value)
+	}
+	return tw.Flush()
 }
 
 // allLeases reads every lease row, judging expiry on the database clock

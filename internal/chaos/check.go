@@ -205,6 +205,10 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 				cur.wiped = c.At
 			case c.NewHolder == "":
 				cur.released = c.At
+			case newID != oldID && c.HandedOff:
+				// Handed off: the write that ends the term starts the
+				// next one, at the instant it stamps as that one's start.
+				cur.released = minTime(c.At, instant(c.NewAcquired))
 			case newID == oldID && !c.NewExpires.Equal(c.OldExpires):
 				if !c.At.Before(c.OldExpires) {
 					r.violate(PropLease, "term %s renewed at %s after its lease expired at %s", fmtTerm(oldID), fmtTime(c.At), fmtTime(c.OldExpires))

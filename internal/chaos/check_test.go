@@ -172,6 +172,14 @@ func TestCheckOverlapFromTheLeaseTable(t *testing.T) {
 
 	s.acquire("ghost", 9, 8000) // a replica believes it won; the table never granted it
 	expect(t, s.check(), chaos.PropLease, "never recorded")
+
+	// The same write, as a hand-off by a, ends a's term: no overlap.
+	s.tables.Changes[3].HandedOff = true
+	for _, v := range s.check().Violations {
+		if v.Property == chaos.PropNoOverlap {
+			t.Errorf("a hand-off counted as an overlap: %s", v)
+		}
+	}
 }
 
 // TestCheckWipeEndsTheLease: after the lease rows are wiped, a new term may

@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS chaos_lease_audit (
     new_holder   text, new_token bigint, new_acquired timestamptz, new_expires timestamptz,
     server       text        DEFAULT current_setting('chaos.server', true)
 );
+ALTER TABLE chaos_lease_audit ADD COLUMN IF NOT EXISTS handed_off boolean NOT NULL DEFAULT false;
 CREATE OR REPLACE FUNCTION chaos_lease_audit() RETURNS trigger LANGUAGE plpgsql
     SET search_path = public AS $$
 BEGIN
@@ -57,9 +58,10 @@ BEGIN
         VALUES (TG_OP, OLD.key, OLD.holder, OLD.token, OLD.acquired_at, OLD.expires_at);
     ELSE
         INSERT INTO chaos_lease_audit (op, key, old_holder, old_token, old_acquired, old_expires,
-                                       new_holder, new_token, new_acquired, new_expires)
+                                       new_holder, new_token, new_acquired, new_expires, handed_off)
         VALUES (TG_OP, NEW.key, OLD.holder, OLD.token, OLD.acquired_at, OLD.expires_at,
-                NEW.holder, NEW.token, NEW.acquired_at, NEW.expires_at);
+                NEW.holder, NEW.token, NEW.acquired_at, NEW.expires_at,
+                coalesce((to_jsonb(NEW) ->> 'handed_off')::boolean, false));
     END IF;
     RETURN NULL;
 END
@@ -175,6 +177,9 @@ type LeaseChange struct {
 	NewAcquired, NewExpires time.Time
 	// Server is the server that committed the change ("" if not named).
 	Server string
+	// HandedOff: the write handed the lease from the old term to the new
+	// one (pgleader.hand_off), ending the old term.
+	HandedOff bool
 }
 
 // Tables is what the checker reads from the database after a run.
@@ -220,7 +225,7 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, e
 		return t, err
 	}
 	rows, err = q.Query(ctx, `SELECT id, op, at, old_holder, old_token, old_acquired, old_expires,
-	        new_holder, new_token, new_acquired, new_expires, coalesce(server, '') FROM chaos_lease_audit WHERE key = $1 ORDER BY id`, key)
+	        new_holder, new_token, new_acquired, new_expires, coalesce(server, ''), handed_off FROM chaos_lease_audit WHERE key = $1 ORDER BY id`, key)
 	if err != nil {
 		return t, err
 	}
@@ -229,7 +234,7 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, e
 		var oh, nh pgtype.Text
 		var ot, nt pgtype.Int8
 		var oa, oe, na, ne pgtype.Timestamptz
-		err := r.Scan(&c.ID, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne, &c.Server)
+		err := r.Scan(&c.ID, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne, &c.Server, &c.HandedOff)
 		c.OldHolder, c.OldToken, c.OldAcquired, c.OldExpires = oh.String, ot.Int64, oa.Time, oe.Time
 		c.NewHolder, c.NewToken, c.NewAcquired, c.NewExpires = nh.String, nt.Int64, na.Time, ne.Time
 		return c, err

@@ -1,0 +1,280 @@
+package pgleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+var (
+	_ Handoffer        = (*Postgres)(nil)
+	_ CandidateWatcher = (*Postgres)(nil)
+)
+
+// Campaign implements [Handoffer]. It is pgleader.campaign in SQL.
+func (p *Postgres) Campaign(ctx context.Context, key string, c Candidate, ttl time.Duration, floor int64) (Lease, bool, error) {
+	if err := checkCandidate(key, c, ttl, floor); err != nil {
+		return Lease{}, false, err
+	}
+	var l Lease
+	var acquired bool
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) (err error) {
+		l, acquired, err = scanLease(key, db.QueryRow(ctx,
+			`SELECT acquired, holder, token, expires_at, db_now, value, acquired_at FROM pgleader.campaign($1, $2, $3, $4, $5, $6, $7)`, exec,
+			key, c.Owner, interval(ttl), floor, pgtype.Text{String: c.Value, Valid: c.Value != ""}, c.Priority,
+			pgtype.Interval{Microseconds: c.TTL.Microseconds(), Valid: c.TTL > 0}))
+		return err
+	})
+	if err != nil {
+		return Lease{}, false, sqlError("campaign", err)
+	}
+	return l, acquired, nil
+}
+
+func checkCandidate(key string, c Candidate, ttl time.Duration, floor int64) error {
+	if err := checkAcquire(key, c.Owner, ttl); err != nil {
+		return err
+	}
+	if err := CheckFloor(floor); err != nil {
+		return err
+	}
+	if err := CheckValue(c.Value); err != nil {
+		return err
+	}
+	if c.TTL != 0 && c.TTL < time.Microsecond {
+		return invalidf("candidate TTL must be 0 (no registration) or at least 1µs, got %v", c.TTL)
+	}
+	return nil
+}
+
+// take confirms a term handed to owner (pgleader.take), on db.
+func take(ctx context.Context, db DB, key, owner string, ttl time.Duration) (Lease, bool, error) {
+	l, acquired, err := scanLease(key, db.QueryRow(ctx,
+		`SELECT acquired, holder, token, expires_at, db_now, value, acquired_at FROM pgleader.take($1, $2, $3)`, exec,
+		key, owner, interval(ttl)))
+	if err != nil {
+		return Lease{}, false, sqlError("take", err)
+	}
+	return l, acquired, nil
+}
+
+// scanLease reads the columns acquired, holder, token, expires_at, db_now,
+// value, acquired_at.
+func scanLease(key string, row pgx.Row) (Lease, bool, error) {
+	l := Lease{Key: key}
+	var acquired bool
+	var holder, value pgtype.Text
+	var expires, start pgtype.Timestamptz
+	if err := row.Scan(&acquired, &holder, &l.Token, &expires, &l.Now, &value, &start); err != nil {
+		return Lease{}, false, err
+	}
+	l.Holder, l.Value, l.ExpiresAt, l.AcquiredAt = holder.String, value.String, expires.Time, start.Time
+	if acquired {
+		l.RenewedAt = l.Now
+	}
+	return l, acquired, nil
+}
+
+// HandOff implements [Handoffer]. It is pgleader.hand_off in SQL, followed
+// by a hint in a transaction of its own, as for Release: "handoff" naming
+// the successor, or "release" when there is none.
+func (p *Postgres) HandOff(ctx context.Context, key, owner string, token int64, to string) (bool, string, error) {
+	if err := checkTerm(key, owner, token); err != nil {
+		return false, "", err
+	}
+	if to != "" {
+		if err := CheckOwner(to); err != nil {
+			return false, "", err
+		}
+	}
+	var released bool
+	var successor string
+	err := p.with(ctx, func(db DB, pg *pgconn.PgConn) (err error) {
+		if pg == nil {
+			var s pgtype.Text
+			err = db.QueryRow(ctx, `SELECT released, successor FROM pgleader.hand_off($1, $2, $3, $4)`, exec,
+				key, owner, token, pgtype.Text{String: to, Valid: to != ""}).Scan(&released, &s)
+			successor = s.String
+			return err
+		}
+		released, successor, err = handOffAndHint(ctx, pg, key, owner, token, to)
+		return err
+	})
+	if err != nil {
+		return false, "", sqlError("hand_off", err)
+	}
+	return released, successor, nil
+}
+
+// handOffHint builds the hint from the committed row, in its own implicit
+// transaction: the successor's name is known only once hand_off ran, and
+// both go out in one write.
+const handOffHint = `SELECT pg_notify('pgleader', CASE
+    WHEN l.holder IS NOT NULL AND l.token = $2::bigint + 1
+    THEN 'handoff ' || octet_length(l.holder) || ' ' || l.holder || ' ' || $1
+    ELSE 'release 0 ' || $1 END)
+  FROM (SELECT 1) AS one LEFT JOIN pgleader.lease AS l ON l.key = $1`
+
+func handOffAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64, to string) (bool, string, error) {
+	tok := strconv.AppendInt(nil, token, 10)
+	var target []byte
+	if to != "" {
+		target = []byte(to)
+	}
+	pl := c.StartPipeline(ctx)
+	pl.SendQueryParams(`SELECT released, successor FROM pgleader.hand_off($1, $2, $3, $4)`,
+		[][]byte{[]byte(key), []byte(owner), tok, target}, nil, nil, nil)
+	pl.SendPipelineSync()
+	pl.SendQueryParams(handOffHint, [][]byte{[]byte(key), tok}, nil, nil, nil)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		_ = pl.Close()
+		return false, "", err
+	}
+	res, err := pl.GetResults()
+	if err != nil {
+		_ = pl.Close()
+		return false, "", err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		_ = pl.Close()
+		return false, "", fmt.Errorf("pgleader: unexpected pipeline result %T", res)
+	}
+	var released bool
+	var successor string
+	for rr.NextRow() {
+		v := rr.Values()
+		released, successor = string(v[0]) == "t", string(v[1])
+	}
+	if _, err := rr.Close(); err != nil {
+		_ = pl.Close()
+		return false, "", err
+	}
+	err = pipelineDrain(pl)
+	_ = pl.Close() // reads the hint's answer; a hint that failed changes nothing
+	return released, successor, err
+}
+
+// RenewPreferring implements [Handoffer].
+func (p *Postgres) RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
+	if err := checkTerm(key, owner, token); err != nil {
+		return time.Time{}, false, err
+	}
+	if err := CheckTTL(ttl); err != nil {
+		return time.Time{}, false, err
+	}
+	if minTerm < 0 {
+		return time.Time{}, false, invalidf("minTerm must not be negative, got %v", minTerm)
+	}
+	var expires pgtype.Timestamptz
+	var resign bool
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx, `SELECT expires_at, resign FROM pgleader.renew_term($1, $2, $3, $4, $5)`, exec,
+			key, owner, token, interval(ttl), interval(minTerm)).Scan(&expires, &resign)
+	})
+	if err != nil {
+		return time.Time{}, false, sqlError("renew", err)
+	}
+	if !expires.Valid {
+		return time.Time{}, false, ErrLost
+	}
+	return expires.Time, resign, nil
+}
+
+// Transfer implements [Handoffer]. It is pgleader.transfer in SQL.
+func (p *Postgres) Transfer(ctx context.Context, key, to string) (Lease, bool, error) {
+	if err := CheckKey(key); err != nil {
+		return Lease{}, false, err
+	}
+	if err := CheckOwner(to); err != nil {
+		return Lease{}, false, err
+	}
+	l := Lease{Key: key}
+	var asked bool
+	var holder pgtype.Text
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		return db.QueryRow(ctx, `SELECT transferring, holder, token FROM pgleader.transfer($1, $2)`, exec, key, to).
+			Scan(&asked, &holder, &l.Token)
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "PF003" {
+		return Lease{}, false, fmt.Errorf("%w: %q is not a live candidate of key %q", ErrNoCandidate, to, key)
+	}
+	if err != nil {
+		return Lease{}, false, sqlError("transfer", err)
+	}
+	l.Holder = holder.String
+	return l, asked, nil
+}
+
+// Candidates implements [Handoffer]. It is pgleader.candidates in SQL.
+func (p *Postgres) Candidates(ctx context.Context, key string) ([]Candidate, error) {
+	if err := CheckKey(key); err != nil {
+		return nil, err
+	}
+	var out []Candidate
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		out = nil
+		q, ok := db.(interface {
+			Query(context.Context, string, ...any) (pgx.Rows, error)
+		})
+		if !ok {
+			return fmt.Errorf("pgleader: %T cannot run a query that returns rows", db)
+		}
+		rows, err := q.Query(ctx, `SELECT owner, priority, registered_at, expires_at, value FROM pgleader.candidates($1)`, exec, key)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c Candidate
+			var v pgtype.Text
+			if err := rows.Scan(&c.Owner, &c.Priority, &c.RegisteredAt, &c.ExpiresAt, &v); err != nil {
+				return err
+			}
+			c.Value = v.String
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, sqlError("candidates", err)
+	}
+	return out, nil
+}
+
+// Withdraw implements [Handoffer]. It is pgleader.withdraw in SQL.
+func (p *Postgres) Withdraw(ctx context.Context, key, owner string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := CheckOwner(owner); err != nil {
+		return err
+	}
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		var ignored bool
+		return db.QueryRow(ctx, `SELECT pgleader.withdraw($1, $2)`, exec, key, owner).Scan(&ignored)
+	})
+	if err != nil {
+		return sqlError("withdraw", err)
+	}
+	return nil
+}
+
+// prepareHandOff calls hand_off for a term that cannot exist (token 0) on
+// the connection the term's hand-off will use: it changes nothing, and the
+// session has then loaded the function and its tables, which a fresh
+// session otherwise does on the hand-off's path.
+func (p *Postgres) prepareHandOff(ctx context.Context, key, owner string) error {
+	return p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		var ignored bool
+		return db.QueryRow(ctx, `SELECT released FROM pgleader.hand_off($1, $2, 0)`, exec, key, owner).Scan(&ignored)
+	})
+}
