@@ -317,12 +317,14 @@ func lastDefinition(t *testing.T, name string) (body, file string) {
 func TestGraceMatchesMigration(t *testing.T) {
 	for _, c := range []struct{ fn, want string }{
 		{"pgleader._grace(", "VALUES (clock_timestamp(), clock_timestamp() + max_ttl)"},
-		{"pgleader.acquire(", "IF r.holder IS NOT NULL AND r.expires_at > t THEN"},
-		{"pgleader.acquire(", "IF t < g.grace_until THEN"},
-		{"pgleader.acquire(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
+		// From version 6, acquire is campaign without a candidate row.
+		{"pgleader.acquire(", "FROM pgleader.campaign(p_key, p_owner, p_ttl, p_floor, p_value, 0, NULL)"},
+		{"pgleader.campaign(", "IF (r.holder IS NOT NULL AND r.expires_at > t) OR t < g.grace_until THEN"},
+		{"pgleader.campaign(", "IF r.holder IS NOT NULL AND r.expires_at > t THEN"},
+		{"pgleader.campaign(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
 		// From version 5, renew is renew_term's expiry; the Go client calls renew_term.
 		{"pgleader.renew(", "pgleader.renew_term(p_key, p_owner, p_token, p_ttl)"},
-		{"pgleader.renew_term(", "AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)"},
+		{"pgleader.renew_term(", "AND (t >= g.grace_until OR l.expires_at > t + g.max_clock_offset)"},
 		{"pgleader.renew_term(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
 	} {
 		body, file := lastDefinition(t, c.fn)
@@ -330,10 +332,12 @@ func TestGraceMatchesMigration(t *testing.T) {
 			t.Errorf("%s (%s) no longer has %q: update lease.pml's grace and this test", c.fn, file, c.want)
 		}
 	}
-	// acquire answers "held" before "grace": the model's busy branch.
-	body, _ := lastDefinition(t, "pgleader.acquire(")
-	if strings.Index(body, "r.expires_at > t THEN") > strings.Index(body, "t < g.grace_until THEN") {
-		t.Error("acquire checks the grace before the holder; lease.pml checks the holder first")
+	// campaign answers "held" before "grace": the model's busy branch.
+	body, _ := lastDefinition(t, "pgleader.campaign(")
+	held := strings.Index(body, "IF r.holder IS NOT NULL AND r.expires_at > t THEN")
+	grace := strings.Index(body, "'pgleader.grace'")
+	if held < 0 || grace < 0 || held > grace {
+		t.Error("campaign answers the grace before the holder; lease.pml answers the holder first")
 	}
 
 	src, err := os.ReadFile("lease.pml")
