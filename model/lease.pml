@@ -16,6 +16,12 @@
  * With -DFAILOVER the database fails over once (or crash-recovers) to a
  * copy of its rows taken at an earlier instant, and the new server's grace
  * (migrations/0004_grace.up.sql) applies.
+ *
+ * With -DHANDOFF (migrations/0006_handoff.up.sql) a waiting candidate
+ * registers through its campaign, a term that finishes hands the lease to
+ * the live candidate in one step, and the successor leads only after a
+ * take the database answers; hints (real, lost, late or forged) may come
+ * at any time.
  */
 #include "spec.pml"
 
@@ -70,6 +76,29 @@
 #define FLOOR 0
 #else
 #define FLOOR fence
+#endif
+#ifdef MUTANT_HANDOFF_NO_CHECK /* the successor believes a hand-off hint without take */
+#ifndef HANDOFF
+#error "MUTANT_HANDOFF_NO_CHECK needs HANDOFF"
+#endif
+#endif
+#ifdef HANDOFF
+#if NR != 2
+#error "HANDOFF is modelled with 2 replicas: the one live candidate is the other replica"
+#endif
+#ifdef FAILOVER
+#error "HANDOFF is not modelled with FAILOVER (hand_off in the grace is release)"
+#endif
+#ifdef WIPE
+#error "HANDOFF is not modelled with WIPE"
+#endif
+/* campaign registers the candidate until now + least(p_candidate, max_ttl);
+ * p_candidate is TTL + Margin (Elector.campaign), and the default max_ttl
+ * (10 minutes) does not cap it. */
+#define CAND_EXP CAND_TTL
+#if TMAX + CAND_EXP > 31
+#error "TMAX + CAND_TTL must fit in 5 bits"
+#endif
 #endif
 #ifdef MUTANT_MARGIN0          /* Margin 0 (the clocks still drift) */
 #undef MARGIN
@@ -142,6 +171,7 @@
 #define R_ACQ   1   /* pgleader.acquire(key, owner, ttl, floor) */
 #define R_RENEW 2   /* pgleader.renew(key, owner, token, ttl) */
 #define R_REL   3   /* pgleader.release(key, owner, token) */
+#define R_HOFF  4   /* pgleader.hand_off(key, owner, token) (HANDOFF) */
 
 /* answers */
 #define P_NONE 0
@@ -187,7 +217,17 @@ typedef Replica_t {
 	bit bodyOn;             /* Claim or Lead may still act */
 	bit renewing;
 	unsigned rnext : W5;    /* the renew timer */
+#ifdef HANDOFF
+	unsigned req : 3;       /* a statement delayed on its way */
+	unsigned cexp : W5;     /* candidate.expires_at of this replica (0: no row) */
+	bit fin;                /* the term ends as finished: hand off */
+	bit tkDel;              /* a take that confirmed: its answer is delayed */
+	unsigned tkSent : W5;   /* when that take was sent */
+	unsigned tkTok : W5;
+	unsigned tkSeq : W5;
+#else
 	unsigned req : 2;       /* a statement delayed on its way */
+#endif
 	unsigned reqArg : W5;   /* acquire: floor; renew, release: token */
 	unsigned rep : 3;       /* an answer not yet taken in */
 	bit repDel;             /* the answer is delayed */
@@ -209,6 +249,9 @@ unsigned maxSeqW : W5;    /* P2: latest term, by acquisition, with an accepted w
 unsigned fenceSeq : W5;   /* P2: the term whose write set the fence */
 bit wiped;                /* the lease row was lost during the run */
 bit led;                  /* P4: a claim was accepted since the last tick */
+#ifdef HANDOFF
+bit hoff;                 /* lease.handed_off */
+#endif
 #ifdef FAILOVER
 #define FO_NONE 0
 #define FO_COPY 1                 /* the standby's copy is taken: rows after it are lost */
@@ -292,6 +335,25 @@ unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 	PROP(1, wiped || COUNT(INWIN) <= 1); \
 	PROP(1, !ANY(RUNS_OUTSIDE))
 
+/* ---- hand-off's additions to acquire (campaign) and release ---- */
+#ifdef HANDOFF
+/* a win clears handed_off and deletes the winner's and expired candidate rows */
+#define HOFF_WON \
+	hoff = false; r[i].cexp = 0; \
+	r[i ^ 1].cexp = (r[i ^ 1].cexp > now -> r[i ^ 1].cexp : 0)
+/* held by another term: register until now + CAND_EXP */
+#define HOFF_REGISTER \
+	if \
+	:: holder != 0 && holder != i + 1 && expires > now -> r[i].cexp = now + CAND_EXP \
+	:: else \
+	fi
+#define HOFF_CLEAR hoff = false
+#else
+#define HOFF_WON skip
+#define HOFF_REGISTER skip
+#define HOFF_CLEAR skip
+#endif
+
 /* ---- the database runs replica i's statement (migrations/0001_lease.up.sql) ---- */
 inline dbExec(i) {
 #if defined(FAILOVER) && !defined(MUTANT_NO_GRACE)
@@ -304,6 +366,29 @@ inline dbExec(i) {
 	fi;
 #endif
 	if
+#ifdef HANDOFF
+	:: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now ->
+		/* campaign confirms a term handed to this owner, as take does */
+		expires = now + TTL; hoff = false; r[i].cexp = 0;
+		r[i].rep = P_WON; r[i].repTok = ltoken; r[i].repSeq = seqN;
+		printf("t%d db: campaign r%d confirms handed-off token %d, expires %d\n", now, i, ltoken, expires)
+	:: r[i].req == R_HOFF ->
+		if
+		:: holder == i + 1 && ltoken == r[i].reqArg && r[i ^ 1].cexp > now ->
+			PROP(0, ltoken < 31 && seqN < 31);
+			ltoken++; holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;
+			hoff = true; seqN++;
+			r[0].cexp = 0; r[1].cexp = 0;
+			PROP(3, ltoken > maxIssued);
+			maxIssued = ltoken;
+			printf("t%d db: hand_off r%d token %d -> r%d token %d, expires %d\n", now, i, r[i].reqArg, i ^ 1, ltoken, expires)
+		:: holder == i + 1 && ltoken == r[i].reqArg && r[i ^ 1].cexp <= now ->
+			/* no live candidate: release */
+			holder = 0; expires = 0; hoff = false; r[i].cexp = 0;
+			printf("t%d db: hand_off r%d token %d -> released\n", now, i, r[i].reqArg)
+		:: else
+		fi
+#endif
 	:: r[i].req == R_ACQ ->
 		if
 		:: FREE && !INGRACE ->
@@ -316,6 +401,7 @@ inline dbExec(i) {
 			PROP(0, FAILED || ltoken < EPOCH_BASE);
 #endif
 			holder = i + 1; expires = now + TTL; seqN++;
+			HOFF_WON;
 			/* P3: issued tokens strictly increase (lease row intact),
 			 * across a failover too: the new server draws above the old
 			 * one's epoch (docs/ha.md, Tokens). maxIssued is not reset
@@ -326,6 +412,7 @@ inline dbExec(i) {
 			printf("t%d db: acquire r%d floor=%d -> token %d, expires %d\n", now, i, r[i].reqArg, ltoken, expires)
 		:: else ->
 			r[i].rep = P_BUSY;
+			HOFF_REGISTER;
 			if
 			:: FREE -> printf("t%d db: acquire r%d -> grace\n", now, i)
 			:: else -> printf("t%d db: acquire r%d -> held\n", now, i)
@@ -344,7 +431,7 @@ inline dbExec(i) {
 	:: r[i].req == R_REL ->
 		if
 		:: holder == i + 1 && ltoken == r[i].reqArg ->
-			holder = 0; expires = 0;
+			holder = 0; expires = 0; HOFF_CLEAR;
 			printf("t%d db: release r%d token %d\n", now, i, r[i].reqArg)
 		:: else
 		fi
@@ -457,12 +544,67 @@ inline consume(i) {
 inline endTerm(i) {
 	printf("t%d r%d: term with token %d ends\n", now, i, r[i].tok);
 	r[i].reqArg = r[i].tok;
+#ifdef HANDOFF
+	r[i].req = (r[i].lost -> R_NONE : (r[i].fin -> R_HOFF : R_REL));
+	/* after a hand-off Run campaigns at once (no CampaignEvery sleep) */
+	r[i].wake = r[i].lc + (r[i].fin -> 0 : CAMPAIGN_EVERY); r[i].fin = false;
+	r[i].st = IDLE;
+#else
 	r[i].req = (r[i].lost -> R_NONE : R_REL);
-	r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0;
 	r[i].st = IDLE; r[i].wake = r[i].lc + CAMPAIGN_EVERY;
+#endif
+	r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0;
 	r[i].sent = 0; r[i].tb = 0; r[i].tok = 0; r[i].tseq = 0; r[i].phase = 0;
 	r[i].ending = false; r[i].lost = false; r[i].renewing = false; r[i].rnext = 0
 }
+
+#ifdef HANDOFF
+#define HOFF_FIN   r[i].fin = !r[i].ending
+#define HOFF_UNFIN r[i].fin = false
+/* A hint naming replica i: real (sent after a hand-off committed), late,
+ * or forged; lost ones are the runs where it never comes. The LISTEN
+ * connection checks it at once, whatever the elector is doing, unless it
+ * is leading (then nothing is handed to it) or paused. */
+#define HINT    (!r[i].paused && r[i].st != LEAD && !r[i].tkDel)
+/* pgleader.take confirms: the row names i in a handed-off unexpired term */
+#define TAKE_OK (holder == i + 1 && hoff && expires > now)
+inline takeExec(i) {
+	expires = now + TTL; hoff = false; r[i].cexp = 0;
+	printf("t%d db: take r%d confirms token %d, expires %d\n", now, i, ltoken, expires)
+}
+/* The elector leads the handed-off term: lead(token, sent) with the
+ * check's send instant, as for a won campaign. A campaign in progress is
+ * given up (Go: its answer is busy, and the confirmed event is taken next). */
+#define TAKE_LEAD(S, T, Q) \
+	r[i].st = LEAD; r[i].tok = (T); r[i].tseq = (Q); r[i].tb = (TIMELINE_FROM_SEND -> (S) : r[i].lc); \
+	r[i].phase = CLAIMING; r[i].ending = false; r[i].lost = false; r[i].fin = false; \
+	r[i].renewing = false; r[i].rnext = r[i].tb + RENEW_EVERY; \
+	r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0; \
+	r[i].sent = 0; r[i].wake = 0; \
+	r[i].bodyOn = (!TIMELINE || r[i].lc < CAT(i)); \
+	printf("t%d r%d: leads handed-off token %d (lc %d, s %d)\n", now, i, r[i].tok, r[i].lc, r[i].tb)
+#ifdef MUTANT_HANDOFF_NO_CHECK
+/* the hint is believed: the term starts at its receipt, with the row's token */
+#define HANDOFF_STEPS \
+	:: d_step { HINT -> printf("t%d r%d: hint believed\n", now, i); TAKE_LEAD(r[i].lc, ltoken, seqN); CHECK_P1 }
+#else
+#define HANDOFF_STEPS \
+	:: d_step { HINT && TAKE_OK -> printf("t%d r%d: hint, take\n", now, i); takeExec(i); TAKE_LEAD(r[i].lc, ltoken, seqN); CHECK_P1 } \
+	:: d_step { HINT && TAKE_OK && BUDGET -> fault(); printf("t%d r%d: hint, take (answer lost)\n", now, i); takeExec(i) } \
+	:: d_step { HINT && TAKE_OK && BUDGET -> fault(); printf("t%d r%d: hint, take (answer delayed)\n", now, i); takeExec(i); \
+		r[i].tkDel = true; r[i].tkSent = r[i].lc; r[i].tkTok = ltoken; r[i].tkSeq = seqN } \
+	:: d_step { !r[i].paused && r[i].tkDel -> \
+		if \
+		:: r[i].st != LEAD && r[i].lc < r[i].tkSent + YIELD_AT -> TAKE_LEAD(r[i].tkSent, r[i].tkTok, r[i].tkSeq) \
+		:: else -> printf("t%d r%d: take's answer too late\n", now, i) \
+		fi; \
+		r[i].tkDel = false; r[i].tkSent = 0; r[i].tkTok = 0; r[i].tkSeq = 0; CHECK_P1 }
+#endif
+#else
+#define HOFF_FIN   skip
+#define HOFF_UNFIN skip
+#define HANDOFF_STEPS
+#endif
 
 inline campaignSend(i) {
 	r[i].req = R_ACQ; r[i].reqArg = FLOOR; r[i].rep = P_NONE; r[i].repDel = false;
@@ -528,7 +670,7 @@ end:
 		r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0 }
 	:: d_step { !r[i].paused && r[i].st == BACKOFF && r[i].lc >= r[i].wake -> r[i].st = IDLE; r[i].wake = r[i].lc }
 	:: d_step { !r[i].paused && r[i].st == LEAD && TIMELINE && !r[i].ending && r[i].lc >= YAT(i) ->
-		r[i].ending = true;
+		r[i].ending = true; HOFF_UNFIN;
 		printf("t%d r%d: yields (lc %d)\n", now, i, r[i].lc) }
 	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].renewing && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= SAT(i) ->
 		r[i].renewing = false; r[i].rnext = r[i].lc + 1; r[i].sent = 0;
@@ -536,8 +678,9 @@ end:
 
 	/* -- not urgent: the body, delayed statements, faults, drift -- */
 	STORE(WRITES, WRITE_SEND)
+	HANDOFF_STEPS
 	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && returns < RETURNS ->
-		returns++; r[i].bodyOn = false; printf("t%d r%d: body returns\n", now, i) }
+		returns++; r[i].bodyOn = false; HOFF_FIN; printf("t%d r%d: body returns\n", now, i) }
 	:: d_step { !r[i].paused && r[i].rep != P_NONE && r[i].repDel -> consume(i); CHECK_P1 }
 	:: d_step { r[i].req != R_NONE -> dbExec(i) }
 	:: d_step { r[i].wr != W_NONE -> storeExec(i) }

@@ -249,7 +249,7 @@ func TestModelUsesTimeline(t *testing.T) {
 	}
 	for _, m := range matches {
 		switch m[1] {
-		case "(TIMELINE_FROM_SEND -> r[i].sent : r[i].lc)", "0":
+		case "(TIMELINE_FROM_SEND -> r[i].sent : r[i].lc)", "(TIMELINE_FROM_SEND -> (S) : r[i].lc)", "0":
 		default:
 			t.Errorf("lease.pml sets the timeline base with %q, not through TIMELINE_FROM_SEND", m[0])
 		}
@@ -427,6 +427,138 @@ func checkEpochs(t *testing.T, model string) {
 	} {
 		if !strings.Contains(string(check), want) {
 			t.Errorf("check.sh lacks %q", want)
+		}
+	}
+}
+
+// candBackend is the in-memory backend as a [pgleader.Handoffer] whose
+// lease another owner always holds: it records the candidate TTL each
+// campaign registers with.
+type candBackend struct {
+	*pgleadertest.Backend
+	mu   sync.Mutex
+	ttls []time.Duration
+}
+
+func (c *candBackend) Campaign(ctx context.Context, key string, cand pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	c.mu.Lock()
+	c.ttls = append(c.ttls, cand.TTL)
+	c.mu.Unlock()
+	now := time.Now()
+	return pgleader.Lease{Key: key, Holder: "other", Token: 1, ExpiresAt: now.Add(ttl), Now: now}, false, nil
+}
+
+func (c *candBackend) HandOff(ctx context.Context, key, owner string, token int64, to string) (bool, string, error) {
+	return false, "", nil
+}
+
+func (c *candBackend) RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
+	return time.Time{}, false, errors.New("not held")
+}
+
+func (c *candBackend) Transfer(ctx context.Context, key, to string) (pgleader.Lease, bool, error) {
+	return pgleader.Lease{}, false, nil
+}
+
+func (c *candBackend) Candidates(ctx context.Context, key string) ([]pgleader.Candidate, error) {
+	return nil, nil
+}
+
+func (c *candBackend) Withdraw(ctx context.Context, key, owner string) error { return nil }
+
+// TestHandOffMatchesGo: the hand-off lease.pml models (-DHANDOFF) is the
+// one migrations/0006 and the Go loop implement. A listening candidate
+// registers for CAND_TTL (TTL + Margin), which the default max_ttl does
+// not cap; hand_off draws token + 1 and takes the candidate's expiry as the
+// first bound; take and campaign confirm only a handed-off unexpired term
+// of the owner and extend it to TTL; the successor leads from the take's
+// send instant.
+func TestHandOffMatchesGo(t *testing.T) {
+	defs := defines(t, "spec.pml")
+	tick := time.Duration(need(t, defs, "TICK_MS")) * time.Millisecond
+	candTTL := time.Duration(need(t, defs, "CAND_TTL")) * tick
+
+	synctest.Test(t, func(t *testing.T) {
+		b := &candBackend{Backend: pgleadertest.NewBackend()}
+		el, err := pgleader.New(b, pgleader.Spec{Key: "k"}, pgleader.Options{Owner: "a",
+			Lead: func(ctx context.Context, _ *pgleader.Term) error { <-ctx.Done(); return nil }, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- el.Run(ctx) }()
+		time.Sleep(2 * el.Spec().TTL)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.ttls) == 0 {
+			t.Fatal("the elector never campaigned")
+		}
+		for _, got := range b.ttls {
+			if got != candTTL {
+				t.Fatalf("a listening candidate registers for %v; spec.pml CAND_TTL says %v", got, candTTL)
+			}
+		}
+	})
+
+	for _, c := range []struct{ fn, want string }{
+		{"pgleader._grace(", "max_ttl := interval '10 minutes';"},
+		{"pgleader.campaign(", "IF r.holder = p_owner AND r.handed_off AND r.expires_at > t"},
+		{"pgleader.campaign(", "SET renewed_at = t, expires_at = t + p_ttl, handed_off = false"},
+		{"pgleader.campaign(", "IF p_candidate IS NOT NULL AND r.holder IS DISTINCT FROM p_owner THEN"},
+		{"pgleader.campaign(", "VALUES (p_key, p_owner, p_priority, p_value, t, t + least(p_candidate, g.max_ttl))"},
+		{"pgleader.take(", "WHERE l.key = p_key AND l.holder = p_owner AND l.handed_off AND l.expires_at > t"},
+		{"pgleader.take(", "SET renewed_at = t, expires_at = t + p_ttl, handed_off = false"},
+		{"pgleader.hand_off(", "WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR UPDATE;"},
+		{"pgleader.hand_off(", "WHERE k.key = p_key AND k.owner <> p_owner AND k.expires_at > t"},
+		{"pgleader.hand_off(", "SET holder = c.owner, token = l.token + 1,"},
+		{"pgleader.hand_off(", "expires_at = least(c.expires_at, t + g.max_ttl)"},
+		{"pgleader.hand_off(", "handed_off = true, transfer_to = NULL"},
+	} {
+		body, file := lastDefinition(t, c.fn)
+		if !strings.Contains(body, c.want) {
+			t.Errorf("%s (%s) no longer has %q: update lease.pml's hand-off and this test", c.fn, file, c.want)
+		}
+	}
+	if maxTTL := 10 * time.Minute; candTTL > maxTTL {
+		t.Errorf("CAND_TTL %v exceeds the default max_ttl: lease.pml's CAND_EXP must be capped", candTTL)
+	}
+
+	for file, wants := range map[string][]string{
+		"lease.pml": {
+			"#define CAND_EXP CAND_TTL",
+			"#define TAKE_OK (holder == i + 1 && hoff && expires > now)",
+			"expires = now + TTL; hoff = false; r[i].cexp = 0;",
+			"ltoken++; holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;",
+			":: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now ->",
+			"takeExec(i); TAKE_LEAD(r[i].lc, ltoken, seqN);",
+			"r[i].tkSent = r[i].lc;",
+			"r[i].lc < r[i].tkSent + YIELD_AT -> TAKE_LEAD(r[i].tkSent, r[i].tkTok, r[i].tkSeq)",
+		},
+		// The successor's timeline counts from when the check was sent,
+		// which is bounded by the yield instant.
+		"../pgleader/listen.go": {
+			"sent := time.Now()\n\tcctx, cancel := context.WithDeadline(ctx, sent.Add(w.cand.Budget))\n\tlease, acquired, err := take(",
+			"Acquired: acquired, Lease: lease, Sent: sent, Err: err}",
+		},
+		"../pgleader/elector.go": {
+			"lease, sent, won = took.Lease, took.Sent, true",
+			"budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant",
+			"if e.handoffer != nil && (reason == ReasonStopped || reason == ReasonResigned || reason == ReasonFinished) {",
+		},
+	} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range wants {
+			if !strings.Contains(string(src), want) {
+				t.Errorf("%s lacks %q: update lease.pml's hand-off and this test", file, want)
+			}
 		}
 	}
 }

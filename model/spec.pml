@@ -36,3 +36,10 @@
  */
 #define MAX_TTL          TTL
 #define MAX_CLOCK_OFFSET 1
+
+/*
+ * Hand-off (migrations/0006_handoff.up.sql): a waiting candidate registers
+ * until CAND_TTL from its campaign (Candidate.TTL = TTL + Margin in
+ * Elector.campaign).
+ */
+#define CAND_TTL         (TTL + MARGIN)
