@@ -306,6 +306,9 @@ func TestPreferredLeader(t *testing.T) {
 	waitFor(t, "a to lead", func() bool { return a.el.Status().Leading })
 	p := startCandidate(t, db, spec, "p", pgleader.Options{Priority: 1})
 	waitFor(t, "p to lead", func() bool { return p.el.Status().Leading })
+	// a records its end once its hand-off returned, which may be after p
+	// confirmed its term.
+	waitFor(t, "a's term to end", func() bool { return a.el.Status().LastEnd != pgleader.ReasonNone })
 	if s := a.el.Status(); s.LastEnd != pgleader.ReasonResigned || p.el.Status().Token != 2 {
 		t.Fatalf("a ended as %v, p's token %d; want resigned and 2", s.LastEnd, p.el.Status().Token)
 	}
