@@ -671,26 +671,26 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) (EndRea
 	var bodyErr error
 	release := false
 	renewFailed := false // since the last successful renewal
+	// yieldNow ends the term gracefully: Ending at once, the body cancelled
+	// YieldGrace later (or at C, if that is sooner).
+	yieldNow := func(reason EndReason, doing string) {
+		if e.endTerm(t, reason) {
+			log.Info(doing+"; the body has YieldGrace to return", "yield_grace", e.spec.YieldGrace)
+			if grace := time.Until(cancelAt); grace > e.spec.YieldGrace {
+				cancelTimer.Reset(e.spec.YieldGrace)
+			}
+		}
+	}
 
 	for bodyDone != nil || renewing != nil {
 		select {
 		case <-stop:
 			stop = nil
-			if e.endTerm(t, ReasonStopped) {
-				log.Info("stopping; the body has YieldGrace to return", "yield_grace", e.spec.YieldGrace)
-				if grace := time.Until(cancelAt); grace > e.spec.YieldGrace {
-					cancelTimer.Reset(e.spec.YieldGrace)
-				}
-			}
+			yieldNow(ReasonStopped, "stopping")
 
 		case <-resign:
 			resign = nil
-			if e.endTerm(t, ReasonResigned) {
-				log.Info("resigning; the body has YieldGrace to return", "yield_grace", e.spec.YieldGrace)
-				if grace := time.Until(cancelAt); grace > e.spec.YieldGrace {
-					cancelTimer.Reset(e.spec.YieldGrace)
-				}
-			}
+			yieldNow(ReasonResigned, "resigning")
 
 		case <-renewTimer.C:
 			if t.Reason() != ReasonNone {

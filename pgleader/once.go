@@ -20,13 +20,7 @@ func (e *Elector) StepDown(ctx context.Context) error {
 	if t == nil || !t.Live() {
 		return ErrNotLeader
 	}
-	t.requestResign()
-	select {
-	case <-t.over:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return t.resignAndWait(ctx)
 }
 
 // RunOnce campaigns once and, if it wins, runs one term: Claim, then Lead,
@@ -118,6 +112,12 @@ func (e *Elector) Transfer(ctx context.Context, to string) error {
 	if !asked || l.Token != t.token {
 		return fmt.Errorf("%w: the lease is held by term %d of %q", ErrNotLeader, l.Token, l.Holder)
 	}
+	return t.resignAndWait(ctx)
+}
+
+// resignAndWait asks t to end as resigned and waits until it is over (its
+// lease released or handed off), or until ctx is done.
+func (t *Term) resignAndWait(ctx context.Context) error {
 	t.requestResign()
 	select {
 	case <-t.over:
