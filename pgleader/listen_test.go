@@ -112,8 +112,13 @@ func TestListenFallbackAndReconnect(t *testing.T) {
 	// It drops for good: b falls back to polling and still takes over.
 	proxy.Cut()
 	waitFor(t, "b to notice the lost LISTEN connection", func() bool { return !bBackend.Listening() })
-	a.stopNow(t) // its release notification cannot reach b
-	waitFor(t, "b to lead by polling", func() bool { return b.el.Status().Leading })
+	a.stopNow(t) // its release or hand-off notification cannot reach b
+	for deadline := time.Now().Add(20 * time.Second); !b.el.Status().Leading; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			l, err := pgleader.NewPostgres(db.Pool, pgleader.PollOnly()).Lease(context.Background(), "k")
+			t.Fatalf("b does not lead by polling after 20s: status %+v; lease %+v (%v)", b.el.Status(), l, err)
+		}
+	}
 	if bBackend.Listening() {
 		t.Fatal("b's listener is back while the proxy refuses connections")
 	}
