@@ -964,10 +964,13 @@ func (r *setRun) queueRelease(key string, token int64) {
 }
 
 // startRelease sends every queued release in one statement, unless one is
-// in flight; once Run's context is cancelled, the first such statement also
-// leaves the set's members.
+// in flight; once Run's context is cancelled and no renewal or campaign is
+// in flight, such a statement also leaves the set's members.
 func (r *setRun) startRelease() {
-	if r.release != nil || r.batching || (len(r.pending) == 0 && (!r.stopping || r.left)) {
+	// Leave only once no renewal or campaign is in flight: either would
+	// write this replica's member row again after the leave.
+	canLeave := r.stopping && !r.left && r.renewing == nil && r.campaign == nil
+	if r.release != nil || r.batching || (len(r.pending) == 0 && !canLeave) {
 		return
 	}
 	s := r.s
@@ -977,7 +980,7 @@ func (r *setRun) startRelease() {
 	for i, k := range keys {
 		tokens[i] = r.releasing[k]
 	}
-	leave := r.stopping && !r.left
+	leave := canLeave
 	ch := make(chan releaseDone, 1)
 	r.release = ch
 	go func() {

@@ -105,6 +105,9 @@ func TestResignFromOutside(t *testing.T) {
 		t.Fatalf("SQL resign('k', 1) = %v %q %v", sqlAsked, detail, err)
 	}
 	waitFor(t, "b to lead after a resigned", func() bool { return b.el.Status().Leading })
+	// a records its end once its release or hand-off returned, which may be
+	// after b confirmed its term.
+	waitFor(t, "a's term to end", func() bool { return a.Status().LastEnd != pgleader.ReasonNone })
 	if st := a.Status(); st.LastEnd != pgleader.ReasonResigned || pgleader.EndReason(reason.Load()) != pgleader.ReasonResigned {
 		t.Fatalf("a's last term ended as %v (body saw %v), want resigned", st.LastEnd, pgleader.EndReason(reason.Load()))
 	}
