@@ -592,10 +592,7 @@ func (e *Elector) fail(err error) error {
 // timeline returns the safe end, cancel and yield instants for a term whose
 // last successful acquire or renew was sent at sent.
 func (e *Elector) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
-	safeEnd = sent.Add(e.spec.TTL - e.spec.Margin)
-	cancelAt = safeEnd.Add(-e.spec.ReleaseTimeout)
-	yieldAt = cancelAt.Add(-e.spec.YieldGrace)
-	return safeEnd, cancelAt, yieldAt
+	return e.spec.timeline(sent)
 }
 
 type renewResult struct {

@@ -254,10 +254,7 @@ func (s *Set) observe(o Observation) {
 // timeline returns S, C and Y for terms whose last acquire or renew was
 // sent at sent, as Elector.timeline does.
 func (s *Set) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
-	safeEnd = sent.Add(s.spec.TTL - s.spec.Margin)
-	cancelAt = safeEnd.Add(-s.spec.ReleaseTimeout)
-	yieldAt = cancelAt.Add(-s.spec.YieldGrace)
-	return safeEnd, cancelAt, yieldAt
+	return s.spec.timeline(sent)
 }
 
 // Run campaigns for the set's keys until ctx is cancelled, running the body

@@ -136,3 +136,13 @@ func (s Spec) resolve() (Spec, error) {
 	}
 	return s, errors.Join(errs...)
 }
+
+// timeline returns the safe end S, cancel C and yield Y instants of a term
+// whose last successful acquire or renew was sent at sent (see Spec); the
+// one rule every Elector and Set applies.
+func (s Spec) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
+	safeEnd = sent.Add(s.TTL - s.Margin)
+	cancelAt = safeEnd.Add(-s.ReleaseTimeout)
+	yieldAt = cancelAt.Add(-s.YieldGrace)
+	return safeEnd, cancelAt, yieldAt
+}
