@@ -323,8 +323,10 @@ func (e *Elector) Run(ctx context.Context) error {
 		var sent time.Time
 		var won bool
 		var err error
+		announce := true
 		if took != nil {
-			lease, sent, won = took.Lease, took.Sent, true
+			// The hand-off's hint has told the watchers already.
+			lease, sent, won, announce = took.Lease, took.Sent, true, false
 			took = nil
 			registered = false
 		} else {
@@ -347,7 +349,7 @@ func (e *Elector) Run(ctx context.Context) error {
 			}
 		case won:
 			failures = 0
-			if e.leadUnwatched(ctx, lease.Token, sent, unwatch) {
+			if e.leadUnwatched(ctx, lease.Token, sent, announce, unwatch) {
 				unwatch = func() {}
 				if ctx.Err() == nil {
 					watch()
@@ -386,7 +388,7 @@ func (e *Elector) Run(ctx context.Context) error {
 // RenewEvery: by then it is settled, and the LISTEN connection's shutdown
 // no longer competes with its first writes for the CPU. A short term keeps
 // watching. It reports whether it called unwatch.
-func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time, unwatch func()) bool {
+func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time, announce bool, unwatch func()) bool {
 	done, closed := make(chan struct{}), make(chan struct{})
 	unwatched := false
 	go func() {
@@ -400,7 +402,7 @@ func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time
 		case <-done:
 		}
 	}()
-	e.lead(ctx, token, sent)
+	e.lead(ctx, token, sent, announce)
 	close(done)
 	<-closed
 	return unwatched
@@ -604,8 +606,10 @@ type renewResult struct {
 }
 
 // lead runs one term from acquisition to release, and returns why it
-// ended and what the body returned.
-func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) (EndReason, error) {
+// ended and what the body returned. With announce it announces the term
+// (see [Announcer]); a term handed to this replica was announced by the
+// hand-off's hint already.
+func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, announce bool) (EndReason, error) {
 	t := newTerm(e.spec.Key, e.opts.Owner, token, sent)
 	defer close(t.over)
 	log := e.log.With("token", token)
@@ -630,15 +634,16 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time) (EndRea
 		return t.Reason(), nil
 	}
 
-	if a, ok := e.backend.(Announcer); ok {
-		announced := make(chan struct{})
-		go func() {
-			defer close(announced)
+	a, _ := e.backend.(Announcer)
+	announced := make(chan struct{})
+	go func() {
+		defer close(announced)
+		if a != nil && announce {
 			e.announce(ctx, a, token)
-			e.prepareHandOff(ctx)
-		}()
-		defer func() { <-announced }()
-	}
+		}
+		e.prepareHandOff(ctx)
+	}()
+	defer func() { <-announced }()
 
 	bodyCtx, cancelBody := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBody()

@@ -12,3 +12,6 @@ func SetReprobe(p *Postgres, d time.Duration) {
 	defer p.listen.mu.Unlock()
 	p.listen.reprobe = d
 }
+
+// Rehearse exposes rehearse to the tests.
+var Rehearse = rehearse

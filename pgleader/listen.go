@@ -227,9 +227,8 @@ func (l *listener) session(ctx context.Context) error {
 	l.setListening(true)
 	l.broadcast(Event{Kind: EventResync})
 	// Check for every candidate once: a hand-off may have been missed while
-	// the connection was down, and the session's first statement on the
-	// lease pays for loading what it reads, which must not fall on a
-	// hand-off's path.
+	// the connection was down. Before that, rehearse a hand-off, so that a
+	// real one's take does not pay for loading what it runs.
 	l.mu.Lock()
 	for _, ws := range l.watchers {
 		for w := range ws {
@@ -240,6 +239,14 @@ func (l *listener) session(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	resync := len(checks)
+	if resync > 0 {
+		var pgErr *pgconn.PgError
+		if err := rehearse(ctx, conn.PgConn()); err != nil && !errors.As(err, &pgErr) {
+			return err
+		} else if err != nil {
+			l.log.Debug("rehearsing a hand-off failed", "err", err)
+		}
+	}
 	for {
 		for len(checks) > 0 {
 			w := checks[0]
