@@ -30,3 +30,34 @@ func TestConnectionsNameThemselves(t *testing.T) {
 	waitFor(t, "b's LISTEN connection named 'pgleader listen'", func() bool { return count("pgleader listen") >= 1 })
 	waitFor(t, "the lease connections named 'pgleader lease'", func() bool { return count("pgleader lease") == 2 })
 }
+
+// TestConnectionsCloseAfterRun: once every Run of a backend has returned,
+// its lease and LISTEN connections close (a moment later: they linger so
+// that a hand-off's successor does not compete with their shutdown).
+func TestConnectionsCloseAfterRun(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	count := func(name string) (n int) {
+		err := db.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, name).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	spec := pgleader.Spec{Key: "k", TTL: 3 * time.Second}
+	a := startOn(t, pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet)), spec, "a")
+	waitFor(t, "a to lead", func() bool { return a.el.Status().Leading })
+	bBackend := pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet))
+	b := startOn(t, bBackend, spec, "b")
+	waitFor(t, "b to listen", bBackend.Listening)
+	waitFor(t, "both lease connections and b's LISTEN connection", func() bool {
+		return count("pgleader lease") == 2 && count("pgleader listen") >= 1
+	})
+	a.stopNow(t)
+	waitFor(t, "b to lead", func() bool { return b.el.Status().Leading })
+	b.stopNow(t)
+	waitFor(t, "every lease and LISTEN connection to close", func() bool {
+		return count("pgleader lease") == 0 && count("pgleader listen") == 0
+	})
+}

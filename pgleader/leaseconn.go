@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,30 +15,51 @@ import (
 // leaseApplicationName names the lease connection in pg_stat_activity.
 const leaseApplicationName = "pgleader lease"
 
+// linger is how long a connection that nobody needs any more stays open:
+// ending a session costs the server a process exit, and right after a
+// hand-off that would compete with the successor's take for the CPU. A
+// user who needs the connection again within linger gets the same session.
+const linger = 100 * time.Millisecond
+
 // leaseConn is the connection the lease operations of running electors
 // share. It is opened on first use while anyone holds it, reopened after any
-// error that may have left it in an unknown state, and closed when the last
-// holder lets go.
+// error that may have left it in an unknown state, and closed linger after
+// the last holder lets go.
 type leaseConn struct {
 	cfg *pgx.ConnConfig
 
 	mu      sync.Mutex // one statement at a time; guards the fields below
 	conn    *pgx.Conn
 	holders int
+	closing *time.Timer // closes conn linger after the last holder let go
 }
 
 // hold registers a user and returns the function that lets go.
 func (lc *leaseConn) hold() func() {
 	lc.mu.Lock()
 	lc.holders++
+	if lc.closing != nil {
+		lc.closing.Stop()
+		lc.closing = nil
+	}
 	lc.mu.Unlock()
 	return sync.OnceFunc(func() {
 		lc.mu.Lock()
 		defer lc.mu.Unlock()
 		lc.holders--
 		if lc.holders == 0 && lc.conn != nil {
-			_ = lc.conn.Close(context.Background())
-			lc.conn = nil
+			c := lc.conn
+			var t *time.Timer
+			t = time.AfterFunc(linger, func() {
+				lc.mu.Lock()
+				defer lc.mu.Unlock()
+				if lc.closing != t || lc.conn != c {
+					return // held again, or replaced, since
+				}
+				_ = c.Close(context.Background())
+				lc.conn, lc.closing = nil, nil
+			})
+			lc.closing = t
 		}
 	})
 }

@@ -46,9 +46,10 @@ type listener struct {
 	connect *pgx.ConnConfig
 	log     *slog.Logger
 
-	life   sync.Mutex // serializes starting and stopping the goroutine
-	cancel context.CancelFunc
-	done   chan struct{}
+	life     sync.Mutex // serializes starting and stopping the goroutine
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopping *time.Timer // stops the goroutine linger after the last unwatch
 
 	mu        sync.Mutex
 	watchers  map[string]map[*watch]struct{}
@@ -115,7 +116,11 @@ func (l *listener) watchAs(key string, c *CandidateWatch) (<-chan Event, func())
 	l.count++
 	first := l.count == 1
 	l.mu.Unlock()
-	if first {
+	if l.stopping != nil {
+		l.stopping.Stop() // watched again within linger: keep the session
+		l.stopping = nil
+	}
+	if first && l.cancel == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		l.cancel, l.done = cancel, make(chan struct{})
 		go l.run(ctx, l.done)
@@ -123,6 +128,8 @@ func (l *listener) watchAs(key string, c *CandidateWatch) (<-chan Event, func())
 	return w.ch, sync.OnceFunc(func() { l.unwatch(w) })
 }
 
+// unwatch removes w. The connection of the last watcher stays up for linger
+// (see linger), then closes.
 func (l *listener) unwatch(w *watch) {
 	l.life.Lock()
 	defer l.life.Unlock()
@@ -135,9 +142,19 @@ func (l *listener) unwatch(w *watch) {
 	last := l.count == 0
 	l.mu.Unlock()
 	if last && l.cancel != nil {
-		l.cancel()
-		<-l.done
-		l.cancel = nil
+		var t *time.Timer
+		t = time.AfterFunc(linger, func() {
+			l.life.Lock()
+			defer l.life.Unlock()
+			if l.stopping != t {
+				return // watched again since
+			}
+			l.stopping = nil
+			l.cancel()
+			<-l.done
+			l.cancel = nil
+		})
+		l.stopping = t
 	}
 }
 
