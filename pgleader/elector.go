@@ -263,7 +263,8 @@ var ErrRunning = errors.New("pgleader: Run called while the elector is already r
 // cancelled, a live term ends as stopped: the body is told at once,
 // cancelled YieldGrace later, and the lease is released within
 // ReleaseTimeout after the body returns. Run then returns nil, with
-// no goroutine of its own left running.
+// no goroutine of its own left running (a [Postgres] backend closes its
+// connections 100 ms later).
 //
 // While another replica leads, Run waits for the lease's expiry as read from
 // the database, and never longer than TTL. With a backend that is a

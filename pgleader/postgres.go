@@ -31,9 +31,14 @@ type DB interface {
 // Over a *pgxpool.Pool, while any Elector's Run is running, the lease
 // operations of the backend go through one connection of their own, opened
 // from the pool's configuration (application_name "pgleader lease") and
-// closed when the last Run returns: a body that holds every connection of
-// the pool cannot starve its own renewals, and no pool health check sits on
-// a renewal's or a handover's path. Calls made outside a Run use the pool.
+// closed 100 ms after the last Run returns: a body that holds every
+// connection of the pool cannot starve its own renewals, and no pool health
+// check sits on a renewal's or a handover's path. Calls made outside a Run
+// use the pool. The LISTEN connection, too, closes 100 ms after its last
+// watcher stops watching. Ending a session costs the server a process exit;
+// the delay keeps that off the path of the successor of a hand-off, which
+// confirms its term in those milliseconds, and a Run that starts within it
+// gets the same sessions.
 type Postgres struct {
 	log    *slog.Logger // nil unless WithLogger was given
 	db     DB

@@ -262,7 +262,8 @@ func (s *Set) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
 // retries. When ctx is cancelled every live term ends as stopped: each body
 // is told at once and cancelled YieldGrace later, each lease is released
 // after its body returns, and the replica leaves the set's members. Run
-// then returns nil, with no goroutine of its own left running.
+// then returns nil, with no goroutine of its own left running (a
+// [Postgres] backend closes its connections 100 ms later).
 func (s *Set) Run(ctx context.Context) error {
 	if !s.running.TryLock() {
 		return ErrRunning
