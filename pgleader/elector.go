@@ -488,9 +488,13 @@ func drain(events <-chan Event) (Event, bool) {
 // half the TTL, less up to 20% jitter so replicas do not retry in step. The
 // cap keeps a candidate that was backing off when the database came back
 // from sleeping past the moment a lapsed lease becomes free.
-func (e *Elector) backoff(failures int) time.Duration {
-	limit := max(e.spec.CampaignEvery, e.spec.TTL/2)
-	d := e.spec.CampaignEvery
+func (e *Elector) backoff(failures int) time.Duration { return e.spec.backoff(failures) }
+
+// backoff is the wait after failures consecutive failed campaigns, for an
+// Elector and a Set alike.
+func (s Spec) backoff(failures int) time.Duration {
+	limit := max(s.CampaignEvery, s.TTL/2)
+	d := s.CampaignEvery
 	for i := 1; i < failures && d < limit; i++ {
 		d *= 2
 	}
@@ -812,16 +816,24 @@ var errRefused = errors.New("pgleader: claim refused the token")
 
 // runBody runs Claim and then Lead, calling started between them, and turns
 // a panic into an error so the term still ends and releases.
-func (e *Elector) runBody(ctx context.Context, t *Term, started func()) (err error) {
+func (e *Elector) runBody(ctx context.Context, t *Term, started func()) error {
+	return runBody(ctx, t, e.opts.Claim, e.opts.Lead, func(err error) { e.fail(err) }, started, "body")
+}
+
+// runBody runs claim (if not nil) and then lead for term t, calling started
+// between them; a Claim error is also passed to fail. A panic becomes an
+// error naming what panicked.
+func runBody(ctx context.Context, t *Term, claim func(context.Context, *Term) (bool, error),
+	lead func(context.Context, *Term) error, fail func(error), started func(), what string) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("pgleader: body panicked: %v\n%s", p, debug.Stack())
+			err = fmt.Errorf("pgleader: %s panicked: %v\n%s", what, p, debug.Stack())
 		}
 	}()
-	if e.opts.Claim != nil {
-		ok, err := e.opts.Claim(ctx, t)
+	if claim != nil {
+		ok, err := claim(ctx, t)
 		if err != nil {
-			e.fail(fmt.Errorf("pgleader: Claim: %w", err))
+			fail(fmt.Errorf("pgleader: Claim: %w", err))
 			return fmt.Errorf("%w: %w", errRefused, err)
 		}
 		if !ok {
@@ -829,7 +841,7 @@ func (e *Elector) runBody(ctx context.Context, t *Term, started func()) (err err
 		}
 	}
 	started()
-	return e.opts.Lead(ctx, t)
+	return lead(ctx, t)
 }
 
 // renew sends one renewal, bounded by the term's safe end and by ctx,

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -840,15 +839,7 @@ func (r *setRun) campaigned(d campaignDone) {
 	}
 }
 
-func (r *setRun) backoff() time.Duration {
-	limit := max(r.s.spec.CampaignEvery, r.s.spec.TTL/2)
-	d := r.s.spec.CampaignEvery
-	for i := 1; i < r.failures && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	return d - jitter(d/5)
-}
+func (r *setRun) backoff() time.Duration { return r.s.spec.backoff(r.failures) }
 
 // start begins the term of a key just won. A term won for a key removed
 // meanwhile, after Run's context was cancelled, or answered after its yield
@@ -896,24 +887,8 @@ func (r *setRun) start(l Lease, b *batch, late bool) {
 
 // runBody runs Claim and then Lead, calling started between them, and turns
 // a panic into an error so the term still ends and releases.
-func (s *Set) runBody(ctx context.Context, t *Term, started func()) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("pgleader: body of key %q panicked: %v\n%s", t.key, p, debug.Stack())
-		}
-	}()
-	if s.opts.Claim != nil {
-		ok, err := s.opts.Claim(ctx, t)
-		if err != nil {
-			s.fail(fmt.Errorf("pgleader: Claim: %w", err))
-			return fmt.Errorf("%w: %w", errRefused, err)
-		}
-		if !ok {
-			return errRefused
-		}
-	}
-	started()
-	return s.opts.Lead(ctx, t)
+func (s *Set) runBody(ctx context.Context, t *Term, started func()) error {
+	return runBody(ctx, t, s.opts.Claim, s.opts.Lead, s.fail, started, fmt.Sprintf("body of key %q", t.key))
 }
 
 func (r *setRun) bodyReturned(d bodyDone) {
