@@ -56,6 +56,11 @@
 //	stopped   Run's context was cancelled. Ending closes at once, the body is
 //	          cancelled YieldGrace later (or at C if sooner), and the lease is
 //	          released, within ReleaseTimeout, as soon as the body returns.
+//	          A body that returns only once its context is cancelled may
+//	          have sent a statement that has not run yet (pgx returns at
+//	          once on cancellation), so its lease is released ReleaseTimeout
+//	          after the cancellation: such a statement then commits while the
+//	          lease is still held, as it would in a term that expires.
 //	expiring  Renewals kept failing (database unreachable or slow) until Y.
 //	          Ending closes at Y, the body is cancelled at C, and release is
 //	          attempted best-effort. This happens even if the database never

@@ -262,7 +262,9 @@ var ErrRunning = errors.New("pgleader: Run called while the elector is already r
 // with backoff (CampaignEvery, doubling up to TTL/2). When ctx is
 // cancelled, a live term ends as stopped: the body is told at once,
 // cancelled YieldGrace later, and the lease is released within
-// ReleaseTimeout after the body returns. Run then returns nil, with
+// ReleaseTimeout after the body returns (a body that returns only once
+// cancelled is released ReleaseTimeout after the cancellation, since a
+// statement it had sent may not have run yet). Run then returns nil, with
 // no goroutine of its own left running (a [Postgres] backend closes its
 // connections 100 ms later).
 //
@@ -650,17 +652,27 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, announc
 	}()
 	defer func() { <-announced }()
 
-	bodyCtx, cancelBody := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelBody()
+	bodyCtx, cancelCtx := context.WithCancel(context.WithoutCancel(ctx))
+	var cancelledAt time.Time // when the body's context was first cancelled
+	cancelBody := func() {
+		if cancelledAt.IsZero() {
+			cancelledAt = time.Now()
+		}
+		cancelCtx()
+	}
+	defer cancelCtx()
 	bodyDone := make(chan error, 1)
+	cancelled := false // the body's context was cancelled before it returned; read after bodyDone
 	go func() {
-		bodyDone <- e.runBody(bodyCtx, t, func() {
+		err := e.runBody(bodyCtx, t, func() {
 			e.mu.Lock()
 			e.status.Terms++
 			e.mu.Unlock()
 			log.Info("leading")
 			e.observe(Observation{Kind: ObserveTermStarted, Token: token})
 		})
+		cancelled = bodyCtx.Err() != nil
+		bodyDone <- err
 	}()
 
 	renewTimer := time.NewTimer(time.Until(sent.Add(e.spec.RenewEvery)))
@@ -780,6 +792,9 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, announc
 			release = t.Reason() != ReasonLost
 		}
 	}
+	if release && cancelled {
+		e.holdAfterCancel(log, cancelledAt)
+	}
 
 	if bodyErr != nil && !errors.Is(bodyErr, errRefused) {
 		e.fail(bodyErr)
@@ -789,6 +804,27 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, announc
 	}
 	e.ended(t, bodyErr)
 	return t.Reason(), bodyErr
+}
+
+// holdAfterCancel waits, before a release, until ReleaseTimeout after the
+// body's context was cancelled at cancelledAt. A body that returned only
+// once cancelled may have sent a statement just before that has not run
+// yet (pgx returns at once on cancellation); released at once, the lease
+// could pass to a successor before that statement commits. A term that
+// expires gives such a statement ReleaseTimeout and Margin, from C to the
+// expiry; this gives it ReleaseTimeout, and the lease is still held until
+// then: the cancellation came at C or sooner, and S = C + ReleaseTimeout
+// is Margin before the expiry.
+func (e *Elector) holdAfterCancel(log *slog.Logger, cancelledAt time.Time) {
+	d := time.Until(cancelledAt.Add(e.spec.ReleaseTimeout))
+	if d <= 0 {
+		return
+	}
+	log.Info("the body returned only after its context was cancelled; releasing ReleaseTimeout after that, so a statement it had sent commits while the lease is held",
+		"release_in", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	<-t.C
 }
 
 // ended records that t is over.

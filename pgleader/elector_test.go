@@ -161,7 +161,10 @@ func TestTimelineStopped(t *testing.T) {
 		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false)})
 		time.Sleep(3 * time.Second) // renewed at t0+2s
 		r.stop(t)
-		at(t, "Run returned", time.Now(), t0, 4*time.Second)
+		// The body ignores Ending: cancelled at the stop + YieldGrace, it
+		// returns then, and the release waits ReleaseTimeout more, so
+		// that a statement it had sent commits while the lease is held.
+		at(t, "Run returned", time.Now(), t0, 4500*time.Millisecond)
 
 		terms := rec.all()
 		if len(terms) != 1 {
@@ -178,7 +181,7 @@ func TestTimelineStopped(t *testing.T) {
 		if len(rel) != 1 || !rel[0].OK {
 			t.Fatalf("releases = %+v, want one that took effect", rel)
 		}
-		at(t, "released", rel[0].At, t0, 4*time.Second)
+		at(t, "released", rel[0].At, t0, 4500*time.Millisecond)
 		if got := r.el.Status(); got.Leading || got.LastEnd != pgleader.ReasonStopped || got.Terms != 1 || got.Token != 1 {
 			t.Errorf("status = %+v", got)
 		}
@@ -388,7 +391,9 @@ func TestTimelineRefused(t *testing.T) {
 		if len(rel) != 3 {
 			t.Fatalf("releases = %+v, want 3", rel)
 		}
-		for i, want := range []time.Duration{0, 500 * time.Millisecond, 2*time.Second + time.Second} {
+		// The third term's body ignores Ending: cancelled YieldGrace after
+		// the stop, released ReleaseTimeout after that.
+		for i, want := range []time.Duration{0, 500 * time.Millisecond, 2*time.Second + time.Second + 500*time.Millisecond} {
 			at(t, "release", rel[i].At, t0, want)
 		}
 		at(t, "refused term ended", endedAt[0], t0, 0)

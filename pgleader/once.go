@@ -8,7 +8,8 @@ import (
 
 // StepDown ends the live term gracefully, as [Elector.Run]'s stop would
 // (the body is told at once, cancelled YieldGrace later, and the lease is
-// released when it returns), without stopping Run: the elector campaigns
+// released when it returns, or ReleaseTimeout after the cancellation if it
+// returned only once cancelled), without stopping Run: the elector campaigns
 // again afterwards, after CampaignEvery, so a waiting replica (woken by the
 // release) takes over first. The term ends with [ReasonResigned]. StepDown
 // returns once the term is over and its lease released, or when ctx is

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgleader/pgleader/internal/hook"
@@ -260,7 +261,9 @@ func (s *Set) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
 // for every key it wins. Backend errors never end Run: it logs them and
 // retries. When ctx is cancelled every live term ends as stopped: each body
 // is told at once and cancelled YieldGrace later, each lease is released
-// after its body returns, and the replica leaves the set's members. Run
+// after its body returns (ReleaseTimeout after the cancellation for a body
+// that returned only once cancelled, as for an Elector), and the replica
+// leaves the set's members. Run
 // then returns nil, with no goroutine of its own left running (a
 // [Postgres] backend closes its connections 100 ms later).
 func (s *Set) Run(ctx context.Context) error {
@@ -289,9 +292,11 @@ func (s *Set) Run(ctx context.Context) error {
 type setTerm struct {
 	t           *Term
 	batch       *batch
-	cancel      context.CancelFunc
-	cancelTimer *time.Timer // YieldGrace after a stop, a removal or a shed
-	running     bool        // the body has not returned
+	cancel      context.CancelFunc // cancels the body's context, recording when first
+	cancelTimer *time.Timer        // YieldGrace after a stop, a removal or a shed
+	running     bool               // the body has not returned
+
+	cancelledAt atomic.Pointer[time.Time] // when the body's context was first cancelled
 }
 
 // batch is the terms whose last successful acquire or renew was one
@@ -304,9 +309,11 @@ type batch struct {
 }
 
 type bodyDone struct {
-	key string
-	st  *setTerm
-	err error
+	key       string
+	st        *setTerm
+	err       error
+	cancelled bool // the body's context was cancelled before it returned
+	held      bool // sent again once the hold after a cancellation is over
 }
 
 type renewDone struct {
@@ -867,8 +874,13 @@ func (r *setRun) start(l Lease, b *batch, late bool) {
 		r.over(t)
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.ctx))
-	st := &setTerm{t: t, cancel: cancel, running: true}
+	ctx, cancelCtx := context.WithCancel(context.WithoutCancel(r.ctx))
+	st := &setTerm{t: t, running: true}
+	st.cancel = func() {
+		now := time.Now()
+		st.cancelledAt.CompareAndSwap(nil, &now)
+		cancelCtx()
+	}
 	r.terms[l.Key] = st
 	r.nLive++
 	r.move(st, l.Key, b)
@@ -881,7 +893,7 @@ func (r *setRun) start(l Lease, b *batch, late bool) {
 			log.Debug("leading")
 			s.observe(Observation{Kind: ObserveTermStarted, Key: t.key, Token: t.token})
 		})
-		r.bodies <- bodyDone{key: l.Key, st: st, err: err}
+		r.bodies <- bodyDone{key: l.Key, st: st, err: err, cancelled: ctx.Err() != nil}
 	}()
 }
 
@@ -894,6 +906,10 @@ func (s *Set) runBody(ctx context.Context, t *Term, started func()) error {
 func (r *setRun) bodyReturned(d bodyDone) {
 	s := r.s
 	st := d.st
+	if d.held {
+		r.releaseReturned(d.key, st)
+		return
+	}
 	st.running = false
 	st.cancel()
 	if st.cancelTimer != nil {
@@ -912,9 +928,26 @@ func (r *setRun) bodyReturned(d bodyDone) {
 		r.forget(st)
 		return
 	}
-	delete(r.terms, d.key)
-	r.unbatch(st, d.key)
-	r.queueRelease(d.key, st.t.token)
+	if at := st.cancelledAt.Load(); d.cancelled && at != nil {
+		// As Elector.holdAfterCancel: the term stays (ending, not
+		// renewed) until ReleaseTimeout after the cancellation, so that
+		// a statement the body sent before it commits inside the lease.
+		if wait := time.Until(at.Add(s.spec.ReleaseTimeout)); wait > 0 {
+			s.log.Info("the body returned only after its context was cancelled; releasing ReleaseTimeout after that, so a statement it had sent commits while the lease is held",
+				"key", d.key, "token", st.t.token, "release_in", wait)
+			d.held = true
+			time.AfterFunc(wait, func() { r.bodies <- d }) // the loop runs while st is in r.terms
+			return
+		}
+	}
+	r.releaseReturned(d.key, st)
+}
+
+// releaseReturned queues the release of st, whose body has returned.
+func (r *setRun) releaseReturned(key string, st *setTerm) {
+	delete(r.terms, key)
+	r.unbatch(st, key)
+	r.queueRelease(key, st.t.token)
 	r.over(st.t)
 	if !r.batching {
 		// Bodies told to end together return together: gather them

@@ -472,3 +472,48 @@ func TestSetValidation(t *testing.T) {
 		t.Errorf("RenewSet without tokens = %v; want ErrInvalid", err)
 	}
 }
+
+// TestSetHoldsLeaseAfterCancelledBody: a body that returns only when its
+// context is cancelled may have sent a statement that has not run yet, so
+// its key is released ReleaseTimeout after the cancellation, not at once;
+// a body that returned on Ending is released at once.
+func TestSetHoldsLeaseAfterCancelledBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		lead := func(ctx context.Context, term *pgleader.Term) error {
+			if term.Key() == "k-000" {
+				<-ctx.Done() // ignores Ending: a write stuck in the network
+				return ctx.Err()
+			}
+			<-term.Ending()
+			return nil
+		}
+		r := startSet(t, b, setSpec("s"), keyNames("k", 2), pgleader.SetOptions{Owner: "a", Lead: lead})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if h := held(r)[0]; h != 2 {
+			t.Fatalf("held %d; want 2", h)
+		}
+		stopped := time.Now()
+		r.cancel()
+		freedAt := func(key string) time.Time {
+			for {
+				if l, _ := b.Lease(context.Background(), key); !l.Held() {
+					return time.Now()
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if at := freedAt("k-001"); at.Sub(stopped) > 10*time.Millisecond {
+			t.Fatalf("k-001, whose body returned on Ending, freed %v after the stop; want at once", at.Sub(stopped))
+		}
+		// Cancelled at the stop + YieldGrace (1s), released ReleaseTimeout
+		// (500ms) later, in a batch that waits 5 ms for company.
+		if d := freedAt("k-000").Sub(stopped); d < 1500*time.Millisecond || d > 1510*time.Millisecond {
+			t.Fatalf("k-000, whose body returned only when cancelled, freed %v after the stop; want 1.5s", d)
+		}
+		if err := <-r.done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -16,7 +16,8 @@ const (
 	ReasonNone EndReason = iota
 	// ReasonStopped: Run's context was cancelled. The body sees Ending at
 	// once, its context is cancelled YieldGrace later, and the lease is
-	// released when it returns.
+	// released when it returns (ReleaseTimeout after the cancellation if
+	// it returned only once cancelled; see the package doc).
 	ReasonStopped
 	// ReasonExpiring: renewals kept failing until the yield instant Y. The
 	// body sees Ending at Y and is cancelled at C; release is best-effort.
