@@ -114,7 +114,18 @@ type termSpan struct {
 	// if never.
 	released, wiped time.Time
 	audited         bool // the lease table recorded its acquisition
+	// began is when the audit recorded its acquisition (the acquiring
+	// statement's clock after it wrote the row), zero if not audited.
+	began time.Time
 }
+
+// start is when the term's lease began: its acquisition time, or, if later,
+// when the acquiring statement wrote the row. A set's campaign stamps every
+// row it takes with one clock reading taken before it locks them
+// (acquire_many's t), so a row freed by a release that committed after that
+// reading is stamped as acquired before it was freed; the row was not the
+// new term's until the campaign wrote it.
+func (t *termSpan) start() time.Time { return maxTime(t.id.Start, t.began) }
 
 // end is the end of its lease interval: expiry, release or wipe.
 func (t *termSpan) end() time.Time { return minTime(t.expires, t.released, t.wiped) }
@@ -387,7 +398,7 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 			}
 		}
 		if c.NewHolder != "" && newID != oldID {
-			cur = &termSpan{id: newID, expires: c.NewExpires, audited: true}
+			cur = &termSpan{id: newID, expires: c.NewExpires, audited: true, began: c.At}
 			terms[newID] = cur
 		}
 	}
@@ -424,29 +435,30 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 		switch {
 		case e.Kind == KindRenew && e.Result == OK:
 			t.expires = maxTime(t.expires, e.Expires)
-		case e.Kind == KindRelease && e.Result == OK && (!t.audited || unended(t) && mayBeLost(fs, e.Sent)):
+		case e.Kind == KindRelease && e.Result == OK && (!t.audited || t.released.IsZero() && mayBeLost(fs, e.Sent)):
 			// The release's commit time is on the server; its send is the
 			// best the replica knows (for a release lost in a failover, at
-			// most its round trip early).
+			// most its round trip early). A lost release ends the term even
+			// if the surviving audit ends it later (a wipe on the promoted
+			// server of the row the lost release had freed).
 			at := e.DB
 			if at.IsZero() {
 				at = e.Sent
 			}
-			t.released = at
+			if !t.audited || at.Before(t.end()) {
+				t.released = at
+			}
 		}
 	}
 	for _, t := range terms {
 		for _, w := range wipes {
-			if (!t.audited || unended(t) && mayBeLost(fs, w)) && w.After(t.id.Start) && w.Before(t.end()) {
+			if (!t.audited || t.wiped.IsZero() && mayBeLost(fs, w)) && w.After(t.id.Start) && w.Before(t.end()) {
 				t.wiped = w
 			}
 		}
 	}
 	return terms
 }
-
-// unended reports whether the audit recorded no release or wipe of t.
-func unended(t *termSpan) bool { return t.released.IsZero() && t.wiped.IsZero() }
 
 func sortedTerms(terms map[TermID]*termSpan) []*termSpan {
 	list := make([]*termSpan, 0, len(terms))
@@ -463,10 +475,12 @@ func sortedTerms(terms map[TermID]*termSpan) []*termSpan {
 // after the end of every earlier term's lease.
 func checkOverlap(r *Report, terms map[TermID]*termSpan) {
 	var latest *termSpan
-	for _, t := range sortedTerms(terms) {
-		if latest != nil && t.id.Start.Before(latest.end()) {
+	list := sortedTerms(terms)
+	slices.SortStableFunc(list, func(a, b *termSpan) int { return a.start().Compare(b.start()) })
+	for _, t := range list {
+		if latest != nil && t.start().Before(latest.end()) {
 			r.violate(PropNoOverlap, "term %s began at %s while term %s held the lease until %s (overlap %v)",
-				fmtTerm(t.id), fmtTime(t.id.Start), fmtTerm(latest.id), fmtTime(latest.end()), latest.end().Sub(t.id.Start))
+				fmtTerm(t.id), fmtTime(t.start()), fmtTerm(latest.id), fmtTime(latest.end()), latest.end().Sub(t.start()))
 		}
 		if latest == nil || t.end().After(latest.end()) {
 			latest = t

@@ -469,3 +469,61 @@ func TestCheckSetAlignsStarts(t *testing.T) {
 	s.tables.Changes[0].NewAcquired = ms(7)
 	expect(t, s.check(), chaos.PropLease, "never recorded")
 }
+
+// TestCheckSetStampBeforeRelease: a set's campaign stamps the rows it takes
+// with one clock reading taken before it locks them, so a row freed by a
+// release that committed after that reading is stamped as acquired before
+// the release. The lease was not the new term's until the campaign wrote
+// the row (the audit's time of the change): no overlap. A row written
+// before the release, stamp or not, is one.
+func TestCheckSetStampBeforeRelease(t *testing.T) {
+	t.Parallel()
+	s := &story{}
+	a := s.acquireKey("k1", "a", 1, 10)
+	a.write(20)
+	a.release(1000)
+	b := s.acquireKey("k1", "b", 2, 999)
+	b.write(1010)
+	s.tables.Changes = []chaos.LeaseChange{
+		{ID: 1, Key: "k1", Op: "INSERT", At: ms(10), NewHolder: "a", NewToken: 1, NewAcquired: ms(10), NewExpires: ms(3010)},
+		{ID: 2, Key: "k1", Op: "UPDATE", At: ms(1000), OldHolder: "a", OldToken: 1, OldAcquired: ms(10), OldExpires: ms(3010)},
+		{ID: 3, Key: "k1", Op: "UPDATE", At: ms(1001), NewHolder: "b", NewToken: 2, NewAcquired: ms(999), NewExpires: ms(3999)},
+	}
+	if r := s.check(); !r.OK() {
+		t.Fatalf("violations: %v", r.Violations)
+	}
+	s.tables.Changes[2].At = ms(999)
+	expect(t, s.check(), chaos.PropNoOverlap, "overlap 1ms")
+}
+
+// TestCheckFailoverLostReleaseThenWipe: a's release committed on pg1 and
+// was acknowledged, then b won the free row on pg1; both were lost when
+// pg1 failed over. On pg2 the row still shows a's term, until a wipe
+// there. a's term ended at its release, not at the wipe, so b's lost term
+// does not overlap it; without the acknowledged release it does.
+func TestCheckFailoverLostReleaseThenWipe(t *testing.T) {
+	t.Parallel()
+	build := func(released bool) *story {
+		s := &story{server: "pg1"}
+		a := s.acquireKey("k1", "a", 1, 0)
+		a.write(100)
+		if released {
+			e := a.event(chaos.KindRelease, chaos.OK)
+			e.Sent, e.Local = ms(2000), ms(2001)
+			s.events = append(s.events, e)
+		}
+		s.acquireKey("k1", "b", 2, 2100)
+		s.failover("pg2", 2500, 2600, 2700)
+		s.events = append(s.events, chaos.Event{Kind: chaos.KindWipe, Replica: -1, DB: ms(2800)})
+		s.tables.Changes = []chaos.LeaseChange{
+			{ID: 1, Key: "k1", Op: "INSERT", At: ms(0), NewHolder: "a", NewToken: 1, NewAcquired: ms(0), NewExpires: ms(3000), Server: "pg1"},
+			{ID: 2, Key: "k1", Op: "DELETE", At: ms(2800), OldHolder: "a", OldToken: 1, OldAcquired: ms(0), OldExpires: ms(3000), Server: "pg2"},
+		}
+		return s
+	}
+	r := build(true).check()
+	if !r.OK() || r.LostTerms != 1 {
+		t.Fatalf("violations %v, lost terms %d; want none and 1", r.Violations, r.LostTerms)
+	}
+	expect(t, build(false).check(), chaos.PropNoOverlap, "term (b, token 2")
+}
