@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -54,7 +55,7 @@ var (
 	faults      = flag.String("faults", "", "comma-separated fault kinds (default: all); kinds: "+strings.Join(chaos.AllFaults, ","))
 	noFloor     = flag.String("no-floor", "2", "comma-separated replicas without the FenceFloor hook")
 	pollOnly    = flag.String("poll-only", "1", "comma-separated replicas without LISTEN/NOTIFY")
-	history     = flag.String("history", "", "write the history as JSON lines to this file")
+	history     = flag.String("history", "", "write the history as JSON lines to this file (and the tables the checker read to FILE.tables.json)")
 	verbose     = flag.Bool("v", false, "the electors' logs on standard error")
 )
 
@@ -240,5 +241,13 @@ func writeHistory(path string, out *chaos.Outcome) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// The tables the checker read, beside it, to investigate a violation.
+	b, err := json.Marshal(out.Tables)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path+".tables.json", b, 0o644)
 }

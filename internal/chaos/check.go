@@ -435,24 +435,27 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 		switch {
 		case e.Kind == KindRenew && e.Result == OK:
 			t.expires = maxTime(t.expires, e.Expires)
-		case e.Kind == KindRelease && e.Result == OK && (!t.audited || t.released.IsZero() && mayBeLost(fs, e.Sent)):
+		case e.Kind == KindRelease && e.Result == OK && (!t.audited || mayBeLost(fs, e.Sent)):
 			// The release's commit time is on the server; its send is the
 			// best the replica knows (for a release lost in a failover, at
-			// most its round trip early). A lost release ends the term even
-			// if the surviving audit ends it later (a wipe on the promoted
-			// server of the row the lost release had freed).
+			// most its round trip early). A possibly lost release ends the
+			// term if the surviving audit ends it later, by another change
+			// than this release (which it would record before the replica
+			// heard of it): a wipe on the promoted server, or the token
+			// epoch's move there, which frees the expired row.
 			at := e.DB
 			if at.IsZero() {
 				at = e.Sent
 			}
-			if !t.audited || at.Before(t.end()) {
+			if !t.audited || at.Before(t.end()) && (t.released.IsZero() || t.released.After(e.Local)) {
 				t.released = at
 			}
 		}
 	}
 	for _, t := range terms {
 		for _, w := range wipes {
-			if (!t.audited || t.wiped.IsZero() && mayBeLost(fs, w)) && w.After(t.id.Start) && w.Before(t.end()) {
+			// A wipe the audit recorded ends the term no later than w.
+			if (!t.audited || mayBeLost(fs, w)) && w.After(t.id.Start) && w.Before(t.end()) {
 				t.wiped = w
 			}
 		}
