@@ -50,5 +50,5 @@ model: ## Check the SPIN model and its mutants (model/, docs/model-checking.md; 
 	./model/check.sh
 
 .PHONY: chaos
-chaos: ## Inject faults for DURATION (default 2m) into replicas on a throwaway cluster; check safety (docs/safety.md).
-	$(GO) run ./cmd/pgleader-chaos -duration $(DURATION) -own-cluster
+chaos: ## Inject faults for DURATION (default 2m) into replicas on a throwaway cluster; check safety (docs/safety.md). SETKEYS=50: each replica runs a set of 50 keys.
+	$(GO) run ./cmd/pgleader-chaos -duration $(DURATION) -own-cluster$(if $(SETKEYS), -set-keys $(SETKEYS))

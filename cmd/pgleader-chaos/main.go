@@ -3,7 +3,11 @@
 // from a seed, and checks the history for the four properties (see
 // docs/safety.md). It exits 1 if any property was broken.
 //
-//	go run ./cmd/pgleader-chaos [-duration 2m] [-seed N] [-processes] [-own-cluster]
+//	go run ./cmd/pgleader-chaos [-duration 2m] [-seed N] [-processes] [-own-cluster] [-set-keys 50]
+//
+// With -set-keys N each replica runs a pgleader.Set over N keys instead of
+// an Elector for one key, with the same body for every key it wins, and the
+// checker verifies the properties for each key on its own.
 //
 // By default it uses a scratch database on DATABASE_URL (else
 // postgres://postgres@127.0.0.1:5432/postgres), dropped at the end, and
@@ -18,6 +22,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -41,6 +46,8 @@ var (
 	duration    = flag.Duration("duration", 2*time.Minute, "how long to inject faults")
 	seed        = flag.Uint64("seed", 0, "the scheduler's seed (0: a random one, printed)")
 	replicas    = flag.Int("replicas", 3, "number of replicas")
+	setKeys     = flag.Int("set-keys", 0, "run a pgleader.Set over this many keys in each replica (0: one Elector for one key)")
+	unitEvery   = flag.Duration("unit-every", 0, "pause between a body's units (default 25ms, or 250ms per key with -set-keys)")
 	processes   = flag.Bool("processes", false, "run each replica as an OS process (paused with SIGSTOP)")
 	ownCluster  = flag.Bool("own-cluster", false, "use a throwaway PostgreSQL cluster (with a standby), and restart it or fail it over as a fault")
 	pgBin       = flag.String("pg-bin", "", "directory of initdb and pg_ctl for -own-cluster (default: found)")
@@ -48,7 +55,7 @@ var (
 	faults      = flag.String("faults", "", "comma-separated fault kinds (default: all); kinds: "+strings.Join(chaos.AllFaults, ","))
 	noFloor     = flag.String("no-floor", "2", "comma-separated replicas without the FenceFloor hook")
 	pollOnly    = flag.String("poll-only", "1", "comma-separated replicas without LISTEN/NOTIFY")
-	history     = flag.String("history", "", "write the history as JSON lines to this file")
+	history     = flag.String("history", "", "write the history as JSON lines to this file (and the tables the checker read to FILE.tables.json)")
 	verbose     = flag.Bool("v", false, "the electors' logs on standard error")
 )
 
@@ -74,7 +81,7 @@ func run(ctx context.Context) (int, error) {
 		*seed = binary.LittleEndian.Uint64(b[:]) >> 1
 	}
 	cfg := chaos.Config{Seed: *seed, Duration: *duration, Log: os.Stdout}
-	cfg.Replicas, cfg.Verbose = *replicas, *verbose
+	cfg.Replicas, cfg.Verbose, cfg.SetKeys, cfg.UnitEvery = *replicas, *verbose, *setKeys, *unitEvery
 	cfg.Spec = pgleader.Spec{Key: "digest-publisher", TTL: *ttl, RequireFenceAdvance: true}
 	var err error
 	if cfg.NoFloor, err = ints(*noFloor); err != nil {
@@ -142,6 +149,9 @@ func run(ctx context.Context) (int, error) {
 	mode := "goroutines"
 	if *processes {
 		mode = "processes"
+	}
+	if *setKeys > 0 {
+		mode += fmt.Sprintf("  a set of %d keys", *setKeys)
 	}
 	spec := cfg.Spec
 	fmt.Printf("pgleader-chaos  seed %d  %s  %d replicas (no FenceFloor: %s; poll-only: %s)  own cluster: %v\n",
@@ -231,5 +241,13 @@ func writeHistory(path string, out *chaos.Outcome) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// The tables the checker read, beside it, to investigate a violation.
+	b, err := json.Marshal(out.Tables)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path+".tables.json", b, 0o644)
 }

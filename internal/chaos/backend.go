@@ -152,6 +152,7 @@ type recorder struct {
 	pg      *pgleader.Postgres
 	sink    Sink
 	replica int
+	key     string // the elector's key, which every event carries
 	owner   string
 	ttl     time.Duration
 	gate    *gate
@@ -168,7 +169,7 @@ var (
 )
 
 func (r *recorder) event(kind Kind, sent time.Time, err error) Event {
-	e := Event{Kind: kind, Replica: r.replica, Owner: r.owner, Sent: sent, Result: OK}
+	e := Event{Kind: kind, Replica: r.replica, Key: r.key, Owner: r.owner, Sent: sent, Result: OK}
 	if err != nil {
 		e.Result, e.Err = Failed, err.Error()
 	}

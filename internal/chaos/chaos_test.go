@@ -62,6 +62,33 @@ func TestChaosShort(t *testing.T) {
 	shortRun(t, chaos.Config{Seed: 2, Duration: 60 * time.Second, Faults: everyFaultBut(chaos.FaultPGRestart)})
 }
 
+// TestChaosSet runs three goroutine replicas, each running a pgleader.Set
+// over 20 keys, for 10s under every fault but the server's restart and
+// failover. The checker holds every key to every property on its own.
+func TestChaosSet(t *testing.T) {
+	const keys = 20
+	out := shortRun(t, chaos.Config{Seed: 2, Duration: 10 * time.Second, Faults: everyFaultBut(chaos.FaultPGRestart, chaos.FaultFailover),
+		HarnessConfig: chaos.HarnessConfig{SetKeys: keys}})
+	r := out.Report
+	if len(r.Keys) != keys {
+		t.Fatalf("seed 2: the checker saw %d keys, want %d: %+v", len(r.Keys), keys, r.Keys)
+	}
+	for _, k := range r.Keys {
+		if k.TermsWrote == 0 {
+			t.Errorf("seed 2: key %s had no term that wrote: %+v", k.Key, k)
+		}
+	}
+	owners := map[string]bool{}
+	for _, e := range out.Events {
+		if e.Kind == chaos.KindWrite && e.Result == chaos.OK {
+			owners[e.Owner[:strings.Index(e.Owner, ".")]] = true
+		}
+	}
+	if len(owners) < 2 {
+		t.Errorf("seed 2: only %v wrote; the set did not share its keys", owners)
+	}
+}
+
 // TestChaosProcesses runs three replica processes (this test binary,
 // re-executed) for a shorter while: stops and crashes are real, pauses are
 // SIGSTOP.

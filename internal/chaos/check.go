@@ -3,6 +3,7 @@ package chaos
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -71,8 +72,12 @@ type Report struct {
 	// Failovers is, for each failover, how long until the next term began
 	// and until it wrote.
 	Failovers []FailoverFigure
-	// Recoveries is, for each heal, how long until a unit was accepted.
+	// Recoveries is, for each heal, how long until a unit was accepted
+	// (with several keys, until a unit of every key was).
 	Recoveries []time.Duration
+	healed     []time.Time // each recovery's heal, for one key
+	// Keys is each key's figures, by key.
+	Keys []KeyFigures
 	// RecoveryBound is TTL + CampaignEvery.
 	RecoveryBound time.Duration
 	// CommitTimes is whether the log's id order was checked against the
@@ -109,7 +114,18 @@ type termSpan struct {
 	// if never.
 	released, wiped time.Time
 	audited         bool // the lease table recorded its acquisition
+	// began is when the audit recorded its acquisition (the acquiring
+	// statement's clock after it wrote the row), zero if not audited.
+	began time.Time
 }
+
+// start is when the term's lease began: its acquisition time, or, if later,
+// when the acquiring statement wrote the row. A set's campaign stamps every
+// row it takes with one clock reading taken before it locks them
+// (acquire_many's t), so a row freed by a release that committed after that
+// reading is stamped as acquired before it was freed; the row was not the
+// new term's until the campaign wrote it.
+func (t *termSpan) start() time.Time { return maxTime(t.id.Start, t.began) }
 
 // end is the end of its lease interval: expiry, release or wipe.
 func (t *termSpan) end() time.Time { return minTime(t.expires, t.released, t.wiped) }
@@ -137,7 +153,11 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // Check verifies properties 1 to 4 on a run's history and the tables read
-// after it, with spec's timing, and returns the report.
+// after it, with spec's timing, and returns the report. The properties are
+// per key: the history, the log and the lease audit are partitioned by key
+// (the harness's own events, which have no key, belong to every key), and
+// each key is checked on its own, as if it were the only one. A history
+// whose events name no key is one key.
 func Check(events []Event, tables Tables, spec pgleader.Spec) *Report {
 	r := &Report{Faults: map[string]int{}, EndReasons: map[string]int{},
 		RecoveryBound: spec.TTL + spec.CampaignEvery}
@@ -170,7 +190,47 @@ func Check(events []Event, tables Tables, spec pgleader.Spec) *Report {
 	}
 	r.Writes, r.CommitTimes = len(tables.Units), tables.CommitTimes
 
+	keys := keysOf(events, tables)
 	fs := failovers(events)
+	heals := map[time.Time]time.Duration{}
+	for _, key := range keys {
+		kevents, ktables := partition(events, tables, key)
+		k := &Report{RecoveryBound: r.RecoveryBound}
+		checkKey(k, kevents, ktables, fs)
+		r.Keys = append(r.Keys, KeyFigures{Key: key, Terms: k.Terms, TermsWrote: k.TermsWrote, Writes: len(ktables.Units)})
+		r.Terms += k.Terms
+		r.TermsWrote += k.TermsWrote
+		r.WritesAfterWipe += k.WritesAfterWipe
+		r.LateAfterPause += k.LateAfterPause
+		r.LostUnits += k.LostUnits
+		r.LostTerms += k.LostTerms
+		for _, v := range k.Violations {
+			if len(keys) > 1 {
+				v.Detail = "key " + key + ": " + v.Detail
+			}
+			r.Violations = append(r.Violations, v)
+		}
+		for i, took := range k.Recoveries {
+			heals[k.healed[i]] = max(heals[k.healed[i]], took)
+		}
+		r.Failovers = mergeFailovers(r.Failovers, k.Failovers)
+	}
+	for _, at := range slices.SortedFunc(maps.Keys(heals), time.Time.Compare) {
+		r.Recoveries = append(r.Recoveries, heals[at])
+	}
+	return r
+}
+
+// KeyFigures is one key's share of a run.
+type KeyFigures struct {
+	Key               string
+	Terms, TermsWrote int
+	Writes            int
+}
+
+// checkKey verifies the properties on one key's events and tables.
+func checkKey(r *Report, events []Event, tables Tables, fs []failover) {
+	events, tables.Units = alignStarts(events, tables.Units, tables.Changes)
 	terms := buildTerms(r, events, tables.Changes, fs)
 	r.Terms = len(terms)
 	lost := lostUnits(r, events, tables.Units, fs)
@@ -182,7 +242,128 @@ func Check(events []Event, tables Tables, spec pgleader.Spec) *Report {
 	checkContiguous(r, tables.Units, lost)
 	checkRecovery(r, events, all)
 	r.Failovers = failoverFigures(fs, terms, all)
-	return r
+}
+
+// keysOf returns the keys named in the history and the tables, sorted, or
+// [""] if none is.
+func keysOf(events []Event, tables Tables) []string {
+	seen := map[string]bool{}
+	for _, e := range events {
+		if e.Key != "" {
+			seen[e.Key] = true
+		}
+	}
+	for _, u := range tables.Units {
+		if u.Key != "" {
+			seen[u.Key] = true
+		}
+	}
+	for _, c := range tables.Changes {
+		if c.Key != "" {
+			seen[c.Key] = true
+		}
+	}
+	if len(seen) == 0 {
+		return []string{""}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// partition returns key's events (its own and the harness's, which have no
+// key) and its tables: its units in id order, its lease changes, and its
+// fence.
+func partition(events []Event, tables Tables, key string) ([]Event, Tables) {
+	var out []Event
+	for _, e := range events {
+		if e.Key == key || e.Key == "" {
+			out = append(out, e)
+		}
+	}
+	t := Tables{Fence: tables.Fence, CommitTimes: tables.CommitTimes}
+	if f, ok := tables.Fences[key]; ok {
+		t.Fence = f
+	}
+	for _, u := range tables.Units {
+		if u.Key == key || u.Key == "" {
+			t.Units = append(t.Units, u)
+		}
+	}
+	for _, c := range tables.Changes {
+		if c.Key == key || c.Key == "" {
+			t.Changes = append(t.Changes, c)
+		}
+	}
+	return out, t
+}
+
+// alignStarts identifies each won term by the lease row's acquisition
+// time. An elector's acquire reports that time itself; a set's campaign
+// reports one clock reading for every key it won (set_acquire's db_now),
+// taken after the rows were written, which the replica recorded as the
+// term's start and its body wrote into the log. For a won acquire whose
+// term the audit does not show as such, the audit's acquisition of the
+// same key by the same owner with the same token, at most the statement's
+// round trip before that reading (the latest such), is the term's start:
+// the acquire's events and units are rewritten to it. An acquire with no
+// such acquisition is left as it is (lost in a failover, or a violation of
+// property lease).
+func alignStarts(events []Event, units []Unit, changes []LeaseChange) ([]Event, []Unit) {
+	audited := map[TermID]bool{}
+	for _, c := range changes {
+		if c.NewHolder != "" {
+			audited[TermID{c.NewHolder, c.NewToken, instant(c.NewAcquired)}] = true
+		}
+	}
+	moved := map[TermID]time.Time{}
+	for _, e := range events {
+		if e.Kind != KindAcquire || e.Result != OK || audited[e.termID()] {
+			continue
+		}
+		window := e.Local.Sub(e.Sent)
+		var best time.Time
+		for _, c := range changes {
+			if c.NewHolder != e.Owner || c.NewToken != e.Token || c.NewAcquired.After(e.Term) {
+				continue
+			}
+			if e.Term.Sub(c.NewAcquired) <= window && c.NewAcquired.After(best) {
+				best = c.NewAcquired
+			}
+		}
+		if !best.IsZero() {
+			moved[e.termID()] = instant(best)
+		}
+	}
+	if len(moved) == 0 {
+		return events, units
+	}
+	events, units = slices.Clone(events), slices.Clone(units)
+	for i := range events {
+		if at, ok := moved[events[i].termID()]; ok && !events[i].Term.IsZero() {
+			events[i].Term = at
+		}
+	}
+	for i := range units {
+		if at, ok := moved[units[i].termID()]; ok {
+			units[i].TermStart = at
+		}
+	}
+	return events, units
+}
+
+// mergeFailovers combines the failover figures of the keys checked so far
+// (acc) with one key's (k): the same failovers, each taking the longest
+// time any key took to a new term and to its first write.
+func mergeFailovers(acc, k []FailoverFigure) []FailoverFigure {
+	if acc == nil {
+		return slices.Clone(k)
+	}
+	for i := range acc {
+		if i < len(k) {
+			acc[i].ToLeader = max(acc[i].ToLeader, k[i].ToLeader)
+			acc[i].ToWrite = max(acc[i].ToWrite, k[i].ToWrite)
+		}
+	}
+	return acc
 }
 
 // buildTerms reconstructs every term's lease from the lease table's audit,
@@ -217,7 +398,7 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 			}
 		}
 		if c.NewHolder != "" && newID != oldID {
-			cur = &termSpan{id: newID, expires: c.NewExpires, audited: true}
+			cur = &termSpan{id: newID, expires: c.NewExpires, audited: true, began: c.At}
 			terms[newID] = cur
 		}
 	}
@@ -254,29 +435,33 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 		switch {
 		case e.Kind == KindRenew && e.Result == OK:
 			t.expires = maxTime(t.expires, e.Expires)
-		case e.Kind == KindRelease && e.Result == OK && (!t.audited || unended(t) && mayBeLost(fs, e.Sent)):
+		case e.Kind == KindRelease && e.Result == OK && (!t.audited || mayBeLost(fs, e.Sent)):
 			// The release's commit time is on the server; its send is the
 			// best the replica knows (for a release lost in a failover, at
-			// most its round trip early).
+			// most its round trip early). A possibly lost release ends the
+			// term if the surviving audit ends it later, by another change
+			// than this release (which it would record before the replica
+			// heard of it): a wipe on the promoted server, or the token
+			// epoch's move there, which frees the expired row.
 			at := e.DB
 			if at.IsZero() {
 				at = e.Sent
 			}
-			t.released = at
+			if !t.audited || at.Before(t.end()) && (t.released.IsZero() || t.released.After(e.Local)) {
+				t.released = at
+			}
 		}
 	}
 	for _, t := range terms {
 		for _, w := range wipes {
-			if (!t.audited || unended(t) && mayBeLost(fs, w)) && w.After(t.id.Start) && w.Before(t.end()) {
+			// A wipe the audit recorded ends the term no later than w.
+			if (!t.audited || mayBeLost(fs, w)) && w.After(t.id.Start) && w.Before(t.end()) {
 				t.wiped = w
 			}
 		}
 	}
 	return terms
 }
-
-// unended reports whether the audit recorded no release or wipe of t.
-func unended(t *termSpan) bool { return t.released.IsZero() && t.wiped.IsZero() }
 
 func sortedTerms(terms map[TermID]*termSpan) []*termSpan {
 	list := make([]*termSpan, 0, len(terms))
@@ -293,10 +478,12 @@ func sortedTerms(terms map[TermID]*termSpan) []*termSpan {
 // after the end of every earlier term's lease.
 func checkOverlap(r *Report, terms map[TermID]*termSpan) {
 	var latest *termSpan
-	for _, t := range sortedTerms(terms) {
-		if latest != nil && t.id.Start.Before(latest.end()) {
+	list := sortedTerms(terms)
+	slices.SortStableFunc(list, func(a, b *termSpan) int { return a.start().Compare(b.start()) })
+	for _, t := range list {
+		if latest != nil && t.start().Before(latest.end()) {
 			r.violate(PropNoOverlap, "term %s began at %s while term %s held the lease until %s (overlap %v)",
-				fmtTerm(t.id), fmtTime(t.id.Start), fmtTerm(latest.id), fmtTime(latest.end()), latest.end().Sub(t.id.Start))
+				fmtTerm(t.id), fmtTime(t.start()), fmtTerm(latest.id), fmtTime(latest.end()), latest.end().Sub(t.start()))
 		}
 		if latest == nil || t.end().After(latest.end()) {
 			latest = t
@@ -498,6 +685,7 @@ func checkRecovery(r *Report, events []Event, units []Unit) {
 		}
 		took := units[i].LoggedAt.Sub(e.DB)
 		r.Recoveries = append(r.Recoveries, took)
+		r.healed = append(r.healed, instant(e.DB))
 		bound := max(r.RecoveryBound, graceEnd(events, e.DB, r.RecoveryBound).Add(r.RecoveryBound).Sub(e.DB))
 		if took > bound {
 			r.violate(PropRecovery, "after the heal at %s the first unit was accepted %v later (bound %v)",

@@ -28,6 +28,7 @@ type story struct {
 
 type term struct {
 	s     *story
+	key   string // "" for a one-key history
 	owner string
 	token int64
 	start time.Time
@@ -41,8 +42,16 @@ func (s *story) acquire(owner string, token int64, start int) *term {
 	return &term{s: s, owner: owner, token: token, start: ms(start)}
 }
 
+// acquireKey records a won acquire of key, as acquire does.
+func (s *story) acquireKey(key, owner string, token int64, start int) *term {
+	t := s.acquire(owner, token, start)
+	t.key = key
+	s.events[len(s.events)-1].Key = key
+	return t
+}
+
 func (t *term) event(kind chaos.Kind, result chaos.Result) chaos.Event {
-	return chaos.Event{Kind: kind, Result: result, Owner: t.owner, Token: t.token, Term: t.start}
+	return chaos.Event{Kind: kind, Result: result, Key: t.key, Owner: t.owner, Token: t.token, Term: t.start}
 }
 
 // renew records a renewal at ms with a 3s lease.
@@ -69,8 +78,14 @@ func (t *term) write(at int) *term {
 // unit logs unit seq at ms, and its acknowledgement if acked.
 func (t *term) unit(seq, at int, acked bool) {
 	id := int64(len(t.s.tables.Units) + 1)
-	t.s.tables.Units = append(t.s.tables.Units, chaos.Unit{ID: id, Owner: t.owner, Token: t.token, TermStart: t.start, Seq: seq,
+	t.s.tables.Units = append(t.s.tables.Units, chaos.Unit{ID: id, Key: t.key, Owner: t.owner, Token: t.token, TermStart: t.start, Seq: seq,
 		LoggedAt: ms(at), Server: t.s.server})
+	if t.key != "" {
+		if t.s.tables.Fences == nil {
+			t.s.tables.Fences = map[string]int64{}
+		}
+		t.s.tables.Fences[t.key] = max(t.s.tables.Fences[t.key], t.token)
+	}
 	t.s.tables.Fence = max(t.s.tables.Fence, t.token)
 	if acked {
 		t.ack(seq, id, at)
@@ -378,4 +393,154 @@ func TestCheckFailoverViolations(t *testing.T) {
 		s.acquire("e", 3, 12000)
 		expect(t, s.check(), chaos.PropLease, "never recorded")
 	})
+}
+
+// setStory is a clean history of a set's two keys: on each key one term
+// writes, releases, and the next one writes. The keys' terms are live at
+// the same time, with tokens that interleave across keys in the log,
+// which only a checker that partitions by key accepts.
+func setStory() (s *story, b2 *term) {
+	s = &story{}
+	s.heal(0)
+	a1 := s.acquireKey("k1", "a", 5, 10)
+	b1 := s.acquireKey("k2", "b", 1, 10)
+	a1.write(20)
+	b1.write(30)
+	a1.write(40).release(100)
+	b1.write(50).release(100)
+	a2 := s.acquireKey("k1", "b", 6, 200)
+	b2 = s.acquireKey("k2", "a", 2, 200)
+	b2.write(210)
+	a2.write(220)
+	return s, b2
+}
+
+// TestCheckSetPerKey: each key's history is checked on its own, so two
+// keys' terms may be live at once and their tokens interleave in the log.
+func TestCheckSetPerKey(t *testing.T) {
+	t.Parallel()
+	s, _ := setStory()
+	r := s.check()
+	if !r.OK() {
+		t.Fatalf("violations in a clean set history: %v", r.Violations)
+	}
+	if r.Terms != 4 || r.TermsWrote != 4 || len(r.Keys) != 2 || len(r.Recoveries) != 1 || r.Recoveries[0] != 30*time.Millisecond {
+		t.Fatalf("figures: terms %d, wrote %d, keys %+v, recoveries %v", r.Terms, r.TermsWrote, r.Keys, r.Recoveries)
+	}
+}
+
+// TestCheckSetTwoLiveTermsOnOneKey: a broken set hands key k2 to a second
+// term while the first one's lease is live; the checker must report
+// property 1 on k2, and nothing on k1.
+func TestCheckSetTwoLiveTermsOnOneKey(t *testing.T) {
+	t.Parallel()
+	s, b2 := setStory()
+	c := s.acquireKey("k2", "c", 3, 1000) // b2's lease runs until 3200
+	c.write(1010)
+	b2.write(1020) // and b2 goes on writing: a stale token after a higher one
+	r := s.check()
+	expect(t, r, chaos.PropNoOverlap, "key k2: term (c, token 3")
+	expect(t, r, chaos.PropMonotonic, "key k2: unit")
+	for _, v := range r.Violations {
+		if strings.Contains(v.Detail, "key k1") {
+			t.Errorf("a violation on the untouched key: %s", v)
+		}
+	}
+}
+
+// TestCheckSetAlignsStarts: a set's campaign reports one database time for
+// every key it won, read after the rows were written, so the lease audit's
+// acquisition is a little earlier than the term's recorded start. Within
+// the campaign's round trip it is the same term; a won acquire the audit
+// has no acquisition for is still reported.
+func TestCheckSetAlignsStarts(t *testing.T) {
+	t.Parallel()
+	s := &story{}
+	a := s.acquireKey("k1", "a", 1, 10) // sent at 9, answered at 11; start read at 10
+	a.write(20).write(30)
+	s.tables.Changes = []chaos.LeaseChange{
+		{ID: 1, Key: "k1", Op: "INSERT", At: ms(9), NewHolder: "a", NewToken: 1, NewAcquired: ms(9), NewExpires: ms(3009)},
+	}
+	r := s.check()
+	if !r.OK() || r.Terms != 1 {
+		t.Fatalf("violations %v, terms %d; want none and 1", r.Violations, r.Terms)
+	}
+	// An acquisition before the campaign was sent is another term.
+	s.tables.Changes[0].NewAcquired = ms(7)
+	expect(t, s.check(), chaos.PropLease, "never recorded")
+}
+
+// TestCheckSetStampBeforeRelease: a set's campaign stamps the rows it takes
+// with one clock reading taken before it locks them, so a row freed by a
+// release that committed after that reading is stamped as acquired before
+// the release. The lease was not the new term's until the campaign wrote
+// the row (the audit's time of the change): no overlap. A row written
+// before the release, stamp or not, is one.
+func TestCheckSetStampBeforeRelease(t *testing.T) {
+	t.Parallel()
+	s := &story{}
+	a := s.acquireKey("k1", "a", 1, 10)
+	a.write(20)
+	a.release(1000)
+	b := s.acquireKey("k1", "b", 2, 999)
+	b.write(1010)
+	s.tables.Changes = []chaos.LeaseChange{
+		{ID: 1, Key: "k1", Op: "INSERT", At: ms(10), NewHolder: "a", NewToken: 1, NewAcquired: ms(10), NewExpires: ms(3010)},
+		{ID: 2, Key: "k1", Op: "UPDATE", At: ms(1000), OldHolder: "a", OldToken: 1, OldAcquired: ms(10), OldExpires: ms(3010)},
+		{ID: 3, Key: "k1", Op: "UPDATE", At: ms(1001), NewHolder: "b", NewToken: 2, NewAcquired: ms(999), NewExpires: ms(3999)},
+	}
+	if r := s.check(); !r.OK() {
+		t.Fatalf("violations: %v", r.Violations)
+	}
+	s.tables.Changes[2].At = ms(999)
+	expect(t, s.check(), chaos.PropNoOverlap, "overlap 1ms")
+}
+
+// TestCheckFailoverLostReleaseThenWipe: a's release committed on pg1 and
+// was acknowledged, then b won the free row on pg1; both were lost when
+// pg1 failed over. On pg2 the row still shows a's term, until a wipe
+// there, or until the token epoch's move frees the row once it expired.
+// a's term ended at its release, not then, so b's lost term does not
+// overlap it; without the acknowledged release it does.
+func TestCheckFailoverLostReleaseThenWipe(t *testing.T) {
+	t.Parallel()
+	for _, epoch := range []bool{false, true} {
+		build := func(released bool) *story {
+			s := lostReleaseStory(released)
+			if epoch {
+				s.tables.Changes[1] = chaos.LeaseChange{ID: 2, Key: "k1", Op: "UPDATE", At: ms(2800),
+					OldHolder: "a", OldToken: 1, OldAcquired: ms(0), OldExpires: ms(3000), Server: "pg2"}
+				s.events = s.events[:len(s.events)-1] // no wipe
+			}
+			return s
+		}
+		r := build(true).check()
+		if !r.OK() || r.LostTerms != 1 {
+			t.Fatalf("epoch %v: violations %v, lost terms %d; want none and 1", epoch, r.Violations, r.LostTerms)
+		}
+		expect(t, build(false).check(), chaos.PropNoOverlap, "term (b, token 2")
+	}
+}
+
+// lostReleaseStory: a wins k1 on pg1 and writes; with released, its
+// release is acknowledged at 2000; b wins k1 on pg1 at 2100; pg1 fails over
+// to pg2 at 2500–2700, losing a's release and b's term; a wipe on pg2 at
+// 2800 deletes the row, which pg2 still shows as a's.
+func lostReleaseStory(released bool) *story {
+	s := &story{server: "pg1"}
+	a := s.acquireKey("k1", "a", 1, 0)
+	a.write(100)
+	if released {
+		e := a.event(chaos.KindRelease, chaos.OK)
+		e.Sent, e.Local = ms(2000), ms(2001)
+		s.events = append(s.events, e)
+	}
+	s.acquireKey("k1", "b", 2, 2100)
+	s.failover("pg2", 2500, 2600, 2700)
+	s.events = append(s.events, chaos.Event{Kind: chaos.KindWipe, Replica: -1, DB: ms(2800)})
+	s.tables.Changes = []chaos.LeaseChange{
+		{ID: 1, Key: "k1", Op: "INSERT", At: ms(0), NewHolder: "a", NewToken: 1, NewAcquired: ms(0), NewExpires: ms(3000), Server: "pg1"},
+		{ID: 2, Key: "k1", Op: "DELETE", At: ms(2800), OldHolder: "a", OldToken: 1, OldAcquired: ms(0), OldExpires: ms(3000), Server: "pg2"},
+	}
+	return s
 }

@@ -21,6 +21,13 @@
 // term, seq, clock_timestamp()) into chaos_log, so only accepted units are
 // logged. Claim and FenceFloor use [sqlfence.Column].
 //
+// In set mode (HarnessConfig.SetKeys), each replica runs a pgleader.Set
+// over the run's keys instead of an Elector for one key, and every key it
+// wins runs the same body on that key's own digest row. Its FenceFloors
+// hook reads every key's fence in one statement. A wipe deletes every
+// key's lease row; "the leader" a fault aims at is the replica holding the
+// most keys.
+//
 // # The history
 //
 // Every replica records its acquires, renewals, releases, claims and writes
@@ -47,7 +54,9 @@
 //
 // # The properties
 //
-// [Check] verifies, on the database's clock:
+// [Check] verifies, on the database's clock, for each key on its own (the
+// history's events, the log and the lease audit carry their key; the
+// harness's events concern every key):
 //
 //  1. No two terms' lease intervals overlap. A term is identified by its
 //     owner, token and acquisition time (tokens restart after a wipe

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -51,15 +52,20 @@ type HarnessConfig struct {
 	URL string
 	// Replicas is how many replicas to run. Default 3.
 	Replicas int
-	// Spec is every replica's timing and key.
+	// Spec is every replica's timing and key (with SetKeys, the set's name).
 	Spec pgleader.Spec
+	// SetKeys, if positive, makes every replica run a pgleader.Set named
+	// Spec.Key over that many keys (SetKeys(Spec.Key, n)), one body per key
+	// it wins, instead of an Elector for Spec.Key.
+	SetKeys int
 	// NoFloor lists the replicas without the FenceFloor hook; PollOnly the
 	// replicas without LISTEN.
 	NoFloor, PollOnly []int
 	// Broken makes every replica write without the fence condition, for
 	// the checker's self-test.
 	Broken bool
-	// UnitEvery is the pause between units of the body. Default 25ms.
+	// UnitEvery is the pause between units of the body. Default 25ms, or
+	// 250ms with SetKeys (each key's body writes at that pace).
 	UnitEvery time.Duration
 	// Command, if set, runs each replica as a child process: the program
 	// and arguments to re-execute, which must call ReplicaMain when the
@@ -80,6 +86,7 @@ type Harness struct {
 	admin  *pgxpool.Pool
 	via    *tcpproxy.Proxy // the admin pool's way to the database
 	runID  string
+	keys   []string // the elector's key, or the set's keys
 	slots  []*slot
 	closed bool
 	mu     sync.Mutex // guards closed and the slots' handles
@@ -111,6 +118,9 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 	}
 	if cfg.UnitEvery == 0 {
 		cfg.UnitEvery = 25 * time.Millisecond
+		if cfg.SetKeys > 0 {
+			cfg.UnitEvery = 250 * time.Millisecond
+		}
 	}
 	spec, err := resolveSpec(cfg.Spec)
 	if err != nil {
@@ -136,8 +146,11 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 		via.Close()
 		return nil, err
 	}
-	h := &Harness{cfg: cfg, spec: spec, hist: &History{}, admin: admin, via: via, runID: randomID()}
-	if err := Setup(ctx, admin, spec.Key); err != nil {
+	h := &Harness{cfg: cfg, spec: spec, hist: &History{}, admin: admin, via: via, runID: randomID(), keys: []string{spec.Key}}
+	if cfg.SetKeys > 0 {
+		h.keys = SetKeys(spec.Key, cfg.SetKeys)
+	}
+	if err := Setup(ctx, admin, h.keys...); err != nil {
 		h.Close()
 		return nil, err
 	}
@@ -195,6 +208,13 @@ func (h *Harness) History() *History { return h.hist }
 // Spec returns the replicas' Spec with its defaults filled in.
 func (h *Harness) Spec() pgleader.Spec { return h.spec }
 
+// Keys returns the keys the replicas campaign for: the elector's key, or
+// the set's keys.
+func (h *Harness) Keys() []string { return slices.Clone(h.keys) }
+
+// IsSet reports whether the replicas run a set.
+func (h *Harness) IsSet() bool { return h.cfg.SetKeys > 0 }
+
 // Replicas returns the number of replicas.
 func (h *Harness) Replicas() int { return len(h.slots) }
 
@@ -229,6 +249,9 @@ func (h *Harness) start(s *slot) error {
 	cfg := ReplicaConfig{Index: s.index, Owner: ownerName(s.index, s.incarnation), AppName: h.appName(s.index),
 		URL: h.cfg.URL, LeaseAddr: s.lease.Addr(), StoreAddr: s.store.Addr(), Spec: h.spec,
 		Floor: s.floor, PollOnly: s.poll, Broken: h.cfg.Broken, UnitEvery: h.cfg.UnitEvery, Verbose: h.cfg.Verbose}
+	if h.IsSet() {
+		cfg.Keys = h.keys
+	}
 	if h.Processes() {
 		p, err := startProcess(h.cfg.Command, cfg, h.hist)
 		if err != nil {
@@ -355,12 +378,13 @@ func (h *Harness) KillBackends(ctx context.Context, i int, p Path) (int, error) 
 	return n, err
 }
 
-// Wipe deletes the key's lease row, as if the lock data were lost, and
-// records the database time it happened.
+// Wipe deletes the lease rows of every key (the elector's, or the set's),
+// as if the lock data were lost, and records the database time it
+// happened.
 func (h *Harness) Wipe(ctx context.Context) (time.Time, error) {
 	var at time.Time
-	err := h.admin.QueryRow(ctx, `WITH d AS (DELETE FROM pgleader.lease WHERE key = $1 RETURNING 1)
-		SELECT clock_timestamp() FROM (SELECT count(*) FROM d) AS c`, h.spec.Key).Scan(&at)
+	err := h.admin.QueryRow(ctx, `WITH d AS (DELETE FROM pgleader.lease WHERE key = ANY($1) RETURNING 1)
+		SELECT clock_timestamp() FROM (SELECT count(*) FROM d) AS c`, h.keys).Scan(&at)
 	if err == nil {
 		h.hist.Record(Event{Kind: KindWipe, Replica: -1, DB: at})
 	}
@@ -368,10 +392,18 @@ func (h *Harness) Wipe(ctx context.Context) (time.Time, error) {
 }
 
 // Leader returns the replica whose incarnation holds the lease unexpired,
-// as the lease table says.
+// as the lease table says; for a set, the one that holds the most keys
+// (ties: the lowest owner).
 func (h *Harness) Leader(ctx context.Context) (int, bool) {
 	var holder string
-	err := h.admin.QueryRow(ctx, `SELECT coalesce(holder, '') FROM pgleader.lease($1)`, h.spec.Key).Scan(&holder)
+	var err error
+	if h.IsSet() {
+		err = h.admin.QueryRow(ctx, `SELECT coalesce((SELECT holder FROM pgleader.lease
+			WHERE key = ANY($1) AND holder IS NOT NULL AND expires_at > clock_timestamp()
+			GROUP BY holder ORDER BY count(*) DESC, holder LIMIT 1), '')`, h.keys).Scan(&holder)
+	} else {
+		err = h.admin.QueryRow(ctx, `SELECT coalesce(holder, '') FROM pgleader.lease($1)`, h.spec.Key).Scan(&holder)
+	}
 	if err != nil || holder == "" {
 		return 0, false
 	}
@@ -445,7 +477,7 @@ func (h *Harness) Retarget(addr string) {
 // server.
 func (h *Harness) Tables(ctx context.Context) (t Tables, err error) {
 	for try := 0; try < 3; try++ {
-		if t, err = ReadTables(ctx, h.admin, h.spec.Key); err == nil {
+		if t, err = ReadTables(ctx, h.admin, h.keys...); err == nil {
 			return t, nil
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -48,11 +48,15 @@ const (
 // recording process's wall clock; DB, Term and Expires are on the
 // database's clock (clock_timestamp()). A zero field does not apply.
 type Event struct {
-	Kind    Kind   `json:"kind"`
-	Replica int    `json:"replica"`
-	Owner   string `json:"owner,omitempty"`
-	Result  Result `json:"result,omitempty"`
-	Token   int64  `json:"token,omitempty"`
+	Kind    Kind `json:"kind"`
+	Replica int  `json:"replica"`
+	// Key is the lease key a replica's event concerns: the elector's key,
+	// or one key of a set. The harness's events (faults, wipes, heals,
+	// failovers, starts and stops) have none and concern every key.
+	Key    string `json:"key,omitempty"`
+	Owner  string `json:"owner,omitempty"`
+	Result Result `json:"result,omitempty"`
+	Token  int64  `json:"token,omitempty"`
 	// Term is the database time of the term's winning acquire: with Owner
 	// and Token it identifies the term even when tokens restart after the
 	// lease data was lost.

@@ -27,7 +27,12 @@ type ReplicaConfig struct {
 	URL                  string
 	LeaseAddr, StoreAddr string
 	Spec                 pgleader.Spec
-	// Floor sets the FenceFloor hook; PollOnly turns LISTEN off.
+	// Keys, if not empty, makes the replica run a pgleader.Set named
+	// Spec.Key over these keys, with one body per key it wins, instead of
+	// an Elector for Spec.Key.
+	Keys []string `json:",omitempty"`
+	// Floor sets the FenceFloor hook (FenceFloors for a set); PollOnly
+	// turns LISTEN off (a set never listens).
 	Floor, PollOnly bool
 	// Broken writes without the fence condition (checker self-test only).
 	Broken bool
@@ -37,14 +42,16 @@ type ReplicaConfig struct {
 	Verbose bool
 }
 
-// replica is one running incarnation: an elector on its lease pool and the
-// publisher body on its store pool.
+// replica is one running incarnation: an elector (or a set) on its lease
+// pool and the publisher body on its store pool.
 type replica struct {
 	cfg   ReplicaConfig
 	sink  Sink
 	gates *gates
-	rec   *recorder
 	store store
+	// termOf returns the database time of the winning acquire of key's
+	// term with token, as the recorder saw it.
+	termOf func(key string, token int64) time.Time
 }
 
 // runReplica runs one incarnation until ctx is cancelled: it opens its
@@ -69,9 +76,13 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, sink Sink, g *gates) err
 	if cfg.PollOnly {
 		opts = append(opts, pgleader.PollOnly())
 	}
-	r := &replica{cfg: cfg, sink: sink, gates: g, store: store{db: storePool, key: cfg.Spec.Key, broken: cfg.Broken}}
-	r.rec = &recorder{pg: pgleader.NewPostgres(leasePool, opts...), sink: sink, replica: cfg.Index,
-		owner: cfg.Owner, ttl: cfg.Spec.TTL, gate: g.loop}
+	r := &replica{cfg: cfg, sink: sink, gates: g, store: store{db: storePool, broken: cfg.Broken}}
+	if len(cfg.Keys) > 0 {
+		return r.runSet(ctx, pgleader.NewPostgres(leasePool, opts...), logger)
+	}
+	rec := &recorder{pg: pgleader.NewPostgres(leasePool, opts...), sink: sink, replica: cfg.Index,
+		key: cfg.Spec.Key, owner: cfg.Owner, ttl: cfg.Spec.TTL, gate: g.loop}
+	r.termOf = func(_ string, token int64) time.Time { return rec.term(token) }
 	o := pgleader.Options{Owner: cfg.Owner, Lead: r.lead, Claim: r.claim, Logger: logger,
 		Observer: pgleader.ObserverFunc(r.observe)}
 	spec := cfg.Spec
@@ -80,7 +91,7 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, sink Sink, g *gates) err
 	} else {
 		spec.RequireFenceAdvance = false // New refuses it without a floor
 	}
-	el, err := pgleader.New(r.rec, spec, o)
+	el, err := pgleader.New(rec, spec, o)
 	if err != nil {
 		return err
 	}
@@ -107,7 +118,7 @@ func openPool(ctx context.Context, url, addr, app string, ttl time.Duration) (*p
 }
 
 func (r *replica) event(kind Kind, t *pgleader.Term) Event {
-	return Event{Kind: kind, Replica: r.cfg.Index, Owner: r.cfg.Owner, Token: t.Token(), Term: r.rec.term(t.Token())}
+	return Event{Kind: kind, Replica: r.cfg.Index, Key: t.Key(), Owner: r.cfg.Owner, Token: t.Token(), Term: r.termOf(t.Key(), t.Token())}
 }
 
 // floor is the FenceFloor hook: the store's fence, read on the store path.
@@ -115,7 +126,7 @@ func (r *replica) floor(ctx context.Context) (int64, error) {
 	if err := r.gates.loop.wait(); err != nil {
 		return 0, err
 	}
-	return r.store.floor(ctx)
+	return r.store.floor(ctx, r.cfg.Spec.Key)
 }
 
 // claim is the Claim hook: the recipe's claim through sqlfence.
@@ -125,7 +136,7 @@ func (r *replica) claim(ctx context.Context, t *pgleader.Term) (bool, error) {
 	}
 	e := r.event(KindClaim, t)
 	e.Sent = time.Now()
-	ok, err := r.store.claim(ctx, t.Token())
+	ok, err := r.store.claim(ctx, t.Key(), t.Token())
 	switch {
 	case err != nil:
 		e.Result, e.Err = Failed, err.Error()
@@ -154,7 +165,7 @@ func (r *replica) lead(ctx context.Context, t *pgleader.Term) error {
 			return err
 		}
 		e.Sent = time.Now()
-		id, at, server, ok, err := r.store.write(ctx, r.cfg.Owner, t.Token(), e.Term, seq)
+		id, at, server, ok, err := r.store.write(ctx, t.Key(), r.cfg.Owner, t.Token(), e.Term, seq)
 		r.gates.written()
 		switch {
 		case err != nil:
@@ -179,8 +190,12 @@ func (r *replica) observe(o pgleader.Observation) {
 	if o.Kind != pgleader.ObserveTermEnded {
 		return
 	}
-	r.sink.Record(Event{Kind: KindTermEnd, Replica: r.cfg.Index, Owner: r.cfg.Owner, Token: o.Token,
-		Term: r.rec.term(o.Token), Detail: o.Reason.String()})
+	key := o.Key
+	if key == "" || len(r.cfg.Keys) == 0 {
+		key = r.cfg.Spec.Key
+	}
+	r.sink.Record(Event{Kind: KindTermEnd, Replica: r.cfg.Index, Key: key, Owner: r.cfg.Owner, Token: o.Token,
+		Term: r.termOf(key, o.Token), Detail: o.Reason.String()})
 }
 
 func ownerName(index, incarnation int) string { return fmt.Sprintf("r%d.%d", index, incarnation) }

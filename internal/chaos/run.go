@@ -85,6 +85,10 @@ func (r *Report) Summary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "faults:              %d (%s)\n", total, counts(r.Faults))
 	fmt.Fprintf(w, "terms:               %d acquired, %d wrote (ends: %s)\n", r.Terms, r.TermsWrote, counts(r.EndReasons))
+	if len(r.Keys) > 1 {
+		fmt.Fprintf(w, "keys:                %d, checked one by one (terms per key: %s; units per key: %s)\n", len(r.Keys),
+			spread(r.Keys, func(k KeyFigures) int { return k.Terms }), spread(r.Keys, func(k KeyFigures) int { return k.Writes }))
+	}
 	fmt.Fprintf(w, "writes accepted:     %d (%d acknowledged to a replica)\n", r.Writes, r.Acked)
 	fmt.Fprintf(w, "stale writes refused: %d (claims refused %d, writes without answer %d)\n", r.StaleRefused, r.ClaimsRefused, r.WriteErrors)
 	fmt.Fprintf(w, "lease wipes:         %d (units written after their lease row was wiped: %d)\n", r.Wipes, r.WritesAfterWipe)
@@ -106,7 +110,11 @@ func (r *Report) Summary(w io.Writer) {
 		for _, d := range r.Recoveries {
 			sum += d
 		}
-		fmt.Fprintf(w, "recoveries:          %d heals, leader back in mean %v, max %v (bound %v)\n", len(r.Recoveries),
+		of := ""
+		if len(r.Keys) > 1 {
+			of = " (every key)"
+		}
+		fmt.Fprintf(w, "recoveries:          %d heals, leader back%s in mean %v, max %v (bound %v)\n", len(r.Recoveries), of,
 			(sum / time.Duration(len(r.Recoveries))).Round(time.Millisecond), worst.Round(time.Millisecond), r.RecoveryBound)
 	}
 	order := "clock_timestamp() at insert (the server does not track commit timestamps)"
@@ -153,6 +161,15 @@ func fmtDur(d time.Duration) string {
 		return "-"
 	}
 	return d.Round(time.Millisecond).String()
+}
+
+// spread returns "min a, mean b, max c" of f over the keys.
+func spread(keys []KeyFigures, f func(KeyFigures) int) string {
+	lo, hi, sum := f(keys[0]), f(keys[0]), 0
+	for _, k := range keys {
+		lo, hi, sum = min(lo, f(k)), max(hi, f(k)), sum+f(k)
+	}
+	return fmt.Sprintf("min %d, mean %.1f, max %d", lo, float64(sum)/float64(len(keys)), hi)
 }
 
 func counts(m map[string]int) string {

@@ -30,6 +30,7 @@ const schema = `
 CREATE TABLE IF NOT EXISTS chaos_digest (name text PRIMARY KEY, body text, fence bigint);
 CREATE TABLE IF NOT EXISTS chaos_log (
     id         bigserial   PRIMARY KEY,
+    key        text        NOT NULL DEFAULT '',
     owner      text        NOT NULL,
     token      bigint      NOT NULL,
     term_start timestamptz NOT NULL,
@@ -37,6 +38,7 @@ CREATE TABLE IF NOT EXISTS chaos_log (
     logged_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     server     text        DEFAULT current_setting('chaos.server', true)
 );
+ALTER TABLE chaos_log ADD COLUMN IF NOT EXISTS key text NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS chaos_lease_audit (
     id           bigserial   PRIMARY KEY,
     op           text        NOT NULL,
@@ -81,56 +83,69 @@ const (
 	fencedWrite = `
 WITH w AS (UPDATE chaos_digest SET body = $3::text || ' #' || $5::int, fence = $2
             WHERE name = $1 AND (fence IS NULL OR fence <= $2) RETURNING 1)
-INSERT INTO chaos_log (owner, token, term_start, seq) SELECT $3, $2, $4, $5 FROM w
+INSERT INTO chaos_log (key, owner, token, term_start, seq) SELECT $1, $3, $2, $4, $5 FROM w
 RETURNING id, logged_at, coalesce(current_setting('chaos.server', true), '')`
 	brokenWrite = `
 WITH w AS (UPDATE chaos_digest SET body = $3::text || ' #' || $5::int, fence = $2
             WHERE name = $1 RETURNING 1)
-INSERT INTO chaos_log (owner, token, term_start, seq) SELECT $3, $2, $4, $5 FROM w
+INSERT INTO chaos_log (key, owner, token, term_start, seq) SELECT $1, $3, $2, $4, $5 FROM w
 RETURNING id, logged_at, coalesce(current_setting('chaos.server', true), '')`
 )
 
-// Setup creates the store's tables, its row for key, and the lease audit
-// trigger, in a database that has pgleader's migrations.
-func Setup(ctx context.Context, db sqlfence.Querier, key string) error {
+// Setup creates the store's tables, its row for each key, and the lease
+// audit trigger, in a database that has pgleader's migrations.
+func Setup(ctx context.Context, db sqlfence.Querier, keys ...string) error {
 	if _, err := db.Exec(ctx, schema); err != nil {
 		return fmt.Errorf("chaos: create the store: %w", err)
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO chaos_digest (name, fence) VALUES ($1, 0) ON CONFLICT DO NOTHING`, key); err != nil {
-		return fmt.Errorf("chaos: create the digest row: %w", err)
+	if _, err := db.Exec(ctx, `INSERT INTO chaos_digest (name, fence) SELECT k, 0 FROM unnest($1::text[]) AS k ON CONFLICT DO NOTHING`, keys); err != nil {
+		return fmt.Errorf("chaos: create the digest rows: %w", err)
 	}
 	return nil
 }
 
-// store is one replica's view of the fenced store, over its store path.
+// store is one replica's view of the fenced store, over its store path:
+// one digest row per key.
 type store struct {
 	db     sqlfence.Querier
-	key    string
 	broken bool
 }
 
-// claim is the recipe's claim through sqlfence: it reports whether the
+// claim is the recipe's claim through sqlfence: it reports whether key's
 // stored fence was lower than token.
-func (s store) claim(ctx context.Context, token int64) (bool, error) {
-	err := digest.Claim(ctx, s.db, s.key, token)
+func (s store) claim(ctx context.Context, key string, token int64) (bool, error) {
+	err := digest.Claim(ctx, s.db, key, token)
 	if errors.Is(err, sqlfence.ErrFenced) {
 		return false, nil
 	}
 	return err == nil, err
 }
 
-func (s store) floor(ctx context.Context) (int64, error) {
-	return digest.Floor(ctx, s.db, s.key)
+func (s store) floor(ctx context.Context, key string) (int64, error) {
+	return digest.Floor(ctx, s.db, key)
 }
 
-// write publishes one unit. It returns the log row's id, database time and
-// server if the store accepted it, ok = false if the fence refused it.
-func (s store) write(ctx context.Context, owner string, token int64, term time.Time, seq int) (id int64, at time.Time, server string, ok bool, err error) {
+// floors reads the fence of each key in one statement (0 for a key without
+// a row or fence), for a Set's FenceFloors hook.
+func (s store) floors(ctx context.Context, keys []string) ([]int64, error) {
+	var out []int64
+	err := s.db.QueryRow(ctx, `SELECT coalesce(array_agg(coalesce(d.fence, 0) ORDER BY k.i), '{}')
+		FROM unnest($1::text[]) WITH ORDINALITY AS k(name, i) LEFT JOIN chaos_digest AS d ON d.name = k.name`, keys).Scan(&out)
+	if err == nil && len(out) != len(keys) {
+		err = fmt.Errorf("chaos: %d fences for %d keys", len(out), len(keys))
+	}
+	return out, err
+}
+
+// write publishes one unit of key. It returns the log row's id, database
+// time and server if the store accepted it, ok = false if the fence
+// refused it.
+func (s store) write(ctx context.Context, key, owner string, token int64, term time.Time, seq int) (id int64, at time.Time, server string, ok bool, err error) {
 	sql := fencedWrite
 	if s.broken {
 		sql = brokenWrite
 	}
-	err = s.db.QueryRow(ctx, sql, s.key, token, owner, term, seq).Scan(&id, &at, &server)
+	err = s.db.QueryRow(ctx, sql, key, token, owner, term, seq).Scan(&id, &at, &server)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, time.Time{}, "", false, nil
 	}
@@ -139,7 +154,9 @@ func (s store) write(ctx context.Context, owner string, token int64, term time.T
 
 // Unit is one row of chaos_log: a unit the store accepted.
 type Unit struct {
-	ID        int64
+	ID int64
+	// Key is the digest row it wrote: the lease key of its term.
+	Key       string
 	Owner     string
 	Token     int64
 	TermStart time.Time
@@ -166,7 +183,9 @@ func (u Unit) at() time.Time {
 // with the row before (Old…) and after (New…); an INSERT has no Old, a
 // DELETE no New.
 type LeaseChange struct {
-	ID                      int64
+	ID int64
+	// Key is the lease row that changed.
+	Key                     string
 	Op                      string
 	At                      time.Time
 	OldHolder               string
@@ -186,14 +205,16 @@ type LeaseChange struct {
 type Tables struct {
 	Units   []Unit
 	Changes []LeaseChange
-	// Fence is the digest row's fence at the end.
-	Fence int64
+	// Fence is the digest row's fence at the end; with more than one key,
+	// Fences holds each key's, and the checker uses it for that key.
+	Fence  int64
+	Fences map[string]int64
 	// CommitTimes is whether Units carry commit timestamps.
 	CommitTimes bool
 }
 
-// ReadTables reads the log, the lease audit and the fence for key.
-func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, error) {
+// ReadTables reads the log, the lease audit of keys and their fences.
+func ReadTables(ctx context.Context, db sqlfence.Querier, keys ...string) (Tables, error) {
 	q, ok := db.(interface {
 		Query(context.Context, string, ...any) (pgx.Rows, error)
 	})
@@ -210,22 +231,22 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, e
 	if t.CommitTimes {
 		committed = "pg_xact_commit_timestamp(xmin)"
 	}
-	rows, err := q.Query(ctx, `SELECT id, owner, token, term_start, seq, logged_at, `+committed+`, coalesce(server, '') FROM chaos_log ORDER BY id`)
+	rows, err := q.Query(ctx, `SELECT id, key, owner, token, term_start, seq, logged_at, `+committed+`, coalesce(server, '') FROM chaos_log ORDER BY id`)
 	if err != nil {
 		return t, err
 	}
 	t.Units, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unit, error) {
 		var u Unit
 		var c pgtype.Timestamptz
-		err := r.Scan(&u.ID, &u.Owner, &u.Token, &u.TermStart, &u.Seq, &u.LoggedAt, &c, &u.Server)
+		err := r.Scan(&u.ID, &u.Key, &u.Owner, &u.Token, &u.TermStart, &u.Seq, &u.LoggedAt, &c, &u.Server)
 		u.Committed = c.Time
 		return u, err
 	})
 	if err != nil {
 		return t, err
 	}
-	rows, err = q.Query(ctx, `SELECT id, op, at, old_holder, old_token, old_acquired, old_expires,
-	        new_holder, new_token, new_acquired, new_expires, coalesce(server, ''), handed_off FROM chaos_lease_audit WHERE key = $1 ORDER BY id`, key)
+	rows, err = q.Query(ctx, `SELECT id, key, op, at, old_holder, old_token, old_acquired, old_expires,
+	        new_holder, new_token, new_acquired, new_expires, coalesce(server, ''), handed_off FROM chaos_lease_audit WHERE key = ANY($1) ORDER BY id`, keys)
 	if err != nil {
 		return t, err
 	}
@@ -234,7 +255,7 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, e
 		var oh, nh pgtype.Text
 		var ot, nt pgtype.Int8
 		var oa, oe, na, ne pgtype.Timestamptz
-		err := r.Scan(&c.ID, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne, &c.Server, &c.HandedOff)
+		err := r.Scan(&c.ID, &c.Key, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne, &c.Server, &c.HandedOff)
 		c.OldHolder, c.OldToken, c.OldAcquired, c.OldExpires = oh.String, ot.Int64, oa.Time, oe.Time
 		c.NewHolder, c.NewToken, c.NewAcquired, c.NewExpires = nh.String, nt.Int64, na.Time, ne.Time
 		return c, err
@@ -242,6 +263,17 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, key string) (Tables, e
 	if err != nil {
 		return t, err
 	}
-	t.Fence, err = digest.Floor(ctx, db, key)
-	return t, err
+	if len(keys) == 1 {
+		t.Fence, err = digest.Floor(ctx, db, keys[0])
+		return t, err
+	}
+	fences, err := store{db: db}.floors(ctx, keys)
+	if err != nil {
+		return t, err
+	}
+	t.Fences = make(map[string]int64, len(keys))
+	for i, k := range keys {
+		t.Fences[k] = fences[i]
+	}
+	return t, nil
 }
