@@ -31,7 +31,10 @@ func (b *bench) fenceTable(ctx context.Context) error {
 		INSERT INTO rows VALUES (1, 0, 0)`); err != nil {
 		return err
 	}
-	lease, ok, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).Acquire(ctx, "fence-bench", "bench", time.Hour)
+	// Held for the whole measurement, which must end within the lease's
+	// TTL: the longest the schema allows by default (max_ttl, 10 minutes).
+	const ttl = 10 * time.Minute
+	lease, ok, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).Acquire(ctx, "fence-bench", "bench", ttl)
 	if err != nil || !ok {
 		return fmt.Errorf("acquire the bench lease: %v, %v", ok, err)
 	}
@@ -60,6 +63,9 @@ func (b *bench) fenceTable(ctx context.Context) error {
 			_, err := sqlfence.WithLeasePipelined(ctx, pool, "fence-bench", token, sqlfence.Statement{SQL: update, Args: []any{n}})
 			return err
 		}},
+	}
+	if need := time.Duration(*rounds*len(kinds))*(*fenceFor) + time.Minute; need > ttl {
+		return fmt.Errorf("-rounds %d × -fence %v × %d ways is too long for one lease of %v", *rounds, *fenceFor, len(kinds), ttl)
 	}
 	rates := make([][]float64, len(kinds))
 	for round := 0; round < *rounds; round++ {
