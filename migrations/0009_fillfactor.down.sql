@@ -1,3 +1,5 @@
--- Reverts 0009_fillfactor.up.sql: the default fillfactor.
+-- Reverts 0009_fillfactor.up.sql: the default fillfactor, no set_tick.
 
 ALTER TABLE pgleader.lease RESET (fillfactor);
+
+DROP FUNCTION pgleader.set_tick(text, text, text[], bigint[], interval, integer);

@@ -167,3 +167,61 @@ func TestSetPostgresFloorsAndArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestSetTickAnswersTheLostKeys: the renewal tick (pgleader.set_tick)
+// reports exactly the keys it did not renew, among many, and for the others
+// an expiry no later than the one it wrote to each lease row.
+func TestSetTickAnswersTheLostKeys(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t)
+	ctx := context.Background()
+	keys := keyNames("t", 500)
+	won, _, err := b.AcquireSet(ctx, "tick", "a", keys, nil, time.Minute, 0, len(keys))
+	if err != nil || len(won) != len(keys) {
+		t.Fatalf("AcquireSet won %d of %d: %v", len(won), len(keys), err)
+	}
+	tokens := make([]int64, len(won))
+	names := make([]string, len(won))
+	for i, l := range won {
+		names[i], tokens[i] = l.Key, l.Token
+	}
+	lost := map[string]bool{"t-007": true, "t-250": true, "t-499": true}
+	for k := range lost {
+		if _, err := db.Pool.Exec(ctx, `UPDATE pgleader.lease SET holder = 'intruder', token = token + 1 WHERE key = $1`, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exp, members, err := b.RenewSet(ctx, "tick", "a", names, tokens, time.Minute, len(names)-len(lost))
+	if err != nil || len(exp) != len(names) || len(members) != 1 {
+		t.Fatalf("RenewSet = %d expiries, %v, %v", len(exp), members, err)
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT key, expires_at FROM pgleader.lease WHERE holder = 'a'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := map[string]time.Time{}
+	for rows.Next() {
+		var k string
+		var e time.Time
+		if err := rows.Scan(&k, &e); err != nil {
+			t.Fatal(err)
+		}
+		written[k] = e
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range names {
+		switch {
+		case lost[k] && !exp[i].IsZero():
+			t.Errorf("key %s was taken, but the tick reports it renewed until %v", k, exp[i])
+		case !lost[k] && exp[i].IsZero():
+			t.Errorf("key %s was renewed, but the tick reports it lost", k)
+		case !lost[k] && exp[i].After(written[k]):
+			t.Errorf("key %s: the tick reports %v, after the expiry it wrote, %v", k, exp[i], written[k])
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT * FROM pgleader.set_tick('', 'a', '{}', '{}', '1s', 0)`); err == nil {
+		t.Error("set_tick accepted an empty set name")
+	}
+}

@@ -30,8 +30,9 @@ type SetBackend interface {
 	AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) (won []Lease, members int, err error)
 
 	// RenewSet is a replica's renewal tick: it renews each term (keys[i],
-	// owner, tokens[i]) as Renew would, returning the new expiry or the
-	// zero time for a term that no longer holds its lease, and records
+	// owner, tokens[i]) as Renew would, returning the new expiry (or an
+	// earlier instant: the lease is held at least until then) or the zero
+	// time for a term that no longer holds its lease, and records
 	// owner as a live member of set holding held keys, returning the live
 	// members (owner included) ordered by owner.
 	RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (expires []time.Time, members []SetMember, err error)

@@ -41,7 +41,9 @@ func (p *Postgres) AcquireSet(ctx context.Context, set, owner string, keys []str
 	return leases, int(members), nil
 }
 
-// RenewSet implements [SetBackend] with one call of pgleader.set_renew.
+// RenewSet implements [SetBackend] with one call of pgleader.set_tick: it
+// answers with the keys lost and the earliest new expiry, which it reports
+// for every key renewed.
 func (p *Postgres) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) ([]time.Time, []SetMember, error) {
 	if err := CheckSetRenew(set, owner, keys, tokens, ttl, held); err != nil {
 		return nil, nil, err
@@ -50,28 +52,30 @@ func (p *Postgres) RenewSet(ctx context.Context, set, owner string, keys []strin
 		keys, tokens = []string{}, []int64{}
 	}
 	var (
-		renewed []string
-		exp     []time.Time
-		owners  []string
-		counts  []int32
-		now     time.Time
+		lost   []string
+		first  pgtype.Timestamptz
+		owners []string
+		counts []int32
+		now    time.Time
 	)
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT renewed, expires_at, members, member_held, db_now FROM pgleader.set_renew($1, $2, $3, $4, $5, $6)`, exec,
+			`SELECT lost, expires_at, members, member_held, db_now FROM pgleader.set_tick($1, $2, $3, $4, $5, $6)`, exec,
 			set, owner, keys, tokens, interval(ttl), held,
-		).Scan(&renewed, &exp, &owners, &counts, &now)
+		).Scan(&lost, &first, &owners, &counts, &now)
 	})
 	if err != nil {
-		return nil, nil, sqlError("set_renew", err)
+		return nil, nil, sqlError("set_tick", err)
 	}
-	at := make(map[string]time.Time, len(renewed))
-	for i, k := range renewed {
-		at[k] = exp[i]
+	gone := make(map[string]bool, len(lost))
+	for _, k := range lost {
+		gone[k] = true
 	}
 	expires := make([]time.Time, len(keys))
 	for i, k := range keys {
-		expires[i] = at[k] // zero: lost
+		if !gone[k] {
+			expires[i] = first.Time // no key renewed expires sooner
+		}
 	}
 	members := make([]SetMember, len(owners))
 	for i, o := range owners {
