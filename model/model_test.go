@@ -546,7 +546,7 @@ func TestHandOffMatchesGo(t *testing.T) {
 			"Acquired: acquired, Lease: lease, Sent: sent, Err: err}",
 		},
 		"../pgleader/elector.go": {
-			"lease, sent, won = took.Lease, took.Sent, true",
+			"lease, sent, won, announce = took.Lease, took.Sent, true, false",
 			"budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant",
 			"if e.handoffer != nil && (reason == ReasonStopped || reason == ReasonResigned || reason == ReasonFinished) {",
 		},
