@@ -907,7 +907,9 @@ func (r *setRun) bodyReturned(d bodyDone) {
 	s := r.s
 	st := d.st
 	if d.held {
-		r.releaseReturned(d.key, st)
+		if r.terms[d.key] == st { // not found lost, and forgotten, meanwhile
+			r.releaseReturned(d.key, st)
+		}
 		return
 	}
 	st.running = false

@@ -517,3 +517,36 @@ func TestSetHoldsLeaseAfterCancelledBody(t *testing.T) {
 		}
 	})
 }
+
+// TestSetHeldTermFoundLost: a term held after its cancelled body returned
+// (see TestSetHoldsLeaseAfterCancelledBody) that a renewal sent before it
+// ended then finds lost is forgotten once; the end of the hold neither ends
+// it again nor releases the lease it lost.
+func TestSetHeldTermFoundLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		lead := func(ctx context.Context, term *pgleader.Term) error {
+			<-ctx.Done() // ignores Ending
+			return ctx.Err()
+		}
+		r := startSet(t, b, setSpec("s"), keyNames("k", 1), pgleader.SetOptions{Owner: "a", Lead: lead})
+		time.Sleep(1900 * time.Millisecond)
+		synctest.Wait()
+		if h := held(r)[0]; h != 1 {
+			t.Fatalf("held %d; want 1", h)
+		}
+		b.Block()                          // the tick at 2s hangs
+		time.Sleep(200 * time.Millisecond) // 2.1s: sent, waiting
+		r.set.Remove("k-000")              // the body is cancelled YieldGrace later, at 3.1s
+		time.Sleep(1200 * time.Millisecond)
+		synctest.Wait() // 3.3s: returned, held until 3.6s
+		b.Steal("k-000", "intruder", time.Hour)
+		b.Unblock() // the tick finds the key lost
+		time.Sleep(time.Second)
+		synctest.Wait() // past the hold's end
+		if l, _ := b.Lease(context.Background(), "k-000"); l.Holder != "intruder" {
+			t.Fatalf("lease %+v; want the intruder's, untouched by a release", l)
+		}
+		r.stop(t)
+	})
+}
