@@ -4,6 +4,12 @@
 // advance, lost notifications. Like the PostgreSQL backend it pushes lease
 // events to watching candidates.
 //
+// Its view [Backend.WithHandOff] is a pgleader.Handoffer as well: waiting
+// candidates register, a leader that steps down hands the lease to the best
+// of them with the next token, and preferred leaders (Options.Priority,
+// Options.MinTerm) and transfers work as on PostgreSQL, so tests of
+// hand-off need no database.
+//
 // It keeps time with time.Now, so inside a testing/synctest bubble its
 // leases expire on the bubble's fake clock, and tests of timing are exact.
 package pgleadertest
@@ -43,8 +49,9 @@ type Event struct {
 }
 
 // Backend is an in-memory pgleader.Backend, pgleader.Advancer,
-// pgleader.FloorAcquirer and pgleader.Watcher, with the same semantics as
-// the PostgreSQL one: both pass the suite of package
+// pgleader.FloorAcquirer, pgleader.Watcher, pgleader.Steerer and
+// pgleader.SetBackend, with the same semantics as the PostgreSQL one (and
+// [Backend.WithHandOff] a pgleader.Handoffer): both pass the suite of package
 // github.com/pgleader/pgleader/pgleader/backendtest. It delivers a release
 // event to the key's watchers before Release returns. It is safe for
 // concurrent use.
@@ -60,6 +67,8 @@ type Backend struct {
 	watchers map[string]map[chan pgleader.Event]struct{}
 
 	sets map[string]map[string]*member // set name → owner → member; see set.go
+
+	candidates map[string]map[string]*candidate // key → owner → registration; see handoff.go
 }
 
 type row struct {
@@ -70,13 +79,18 @@ type row struct {
 	expires  time.Time
 	value    string
 	resign   bool // the term was asked to resign
+
+	priority   int32  // the term's, from the campaign that won it or its candidate row
+	handedOff  bool   // handed to holder by a hand-off and not yet confirmed
+	transferTo string // the owner a Transfer asked the term to hand off to
 }
 
 func (r *row) held(now time.Time) bool { return r.holder != "" && now.Before(r.expires) }
 
 // NewBackend returns an empty backend.
 func NewBackend() *Backend {
-	return &Backend{leases: make(map[string]*row), watchers: make(map[string]map[chan pgleader.Event]struct{})}
+	return &Backend{leases: make(map[string]*row), watchers: make(map[string]map[chan pgleader.Event]struct{}),
+		candidates: make(map[string]map[string]*candidate)}
 }
 
 var (
@@ -133,8 +147,9 @@ func (b *Backend) Listening() bool {
 // Forge delivers ev to the watchers of ev.Key as if anyone had sent it:
 // a forged notification on PostgreSQL's channel looks the same, so a test
 // can check that an event alone never makes a candidate wait longer or
-// lead. The backend's own operations notify releases and acquires, as the
-// PostgreSQL backend's release and an Elector's announcement of its term do.
+// lead. The backend's own operations notify releases, hand-offs and
+// acquires, as the PostgreSQL backend's release and hand-off and an
+// Elector's announcement of its term do.
 func (b *Backend) Forge(ev pgleader.Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -154,13 +169,14 @@ func (b *Backend) notify(ev pgleader.Event) {
 	}
 }
 
-// DropData forgets every lease and token counter, as a lock backend that
-// restarted without persistence would. The next term of a key draws 1
-// unless its counter is advanced first.
+// DropData forgets every lease, token counter and candidate registration,
+// as a lock backend that restarted without persistence would. The next term
+// of a key draws 1 unless its counter is advanced first.
 func (b *Backend) DropData() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.leases = make(map[string]*row)
+	b.candidates = make(map[string]map[string]*candidate)
 }
 
 // SetFailure makes every operation fail with err, without effect, until it
@@ -302,15 +318,10 @@ func (b *Backend) AcquireValue(ctx context.Context, key, owner string, ttl time.
 		return pgleader.Lease{}, false, err
 	}
 	defer b.mu.Unlock()
-	r := b.row(key)
-	if r.held(now) {
-		b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token})
-		return r.lease(key, now), false, nil
-	}
-	*r = row{holder: owner, token: max(r.token, floor) + 1, acquired: now, renewed: now, expires: now.Add(ttl), value: value}
-	b.record(Event{At: now, Op: OpAcquire, Key: key, Owner: owner, Token: r.token, OK: true, Expires: r.expires})
-	b.notify(pgleader.Event{Kind: pgleader.EventAcquired, Key: key}) // what an Elector's announcement does on PostgreSQL
-	return r.lease(key, now), true, nil
+	// As pgleader.acquire: a campaign at priority 0 that registers nobody.
+	l, how, decided := b.campaign(key, pgleader.Candidate{Owner: owner, Value: value}, ttl, floor, now)
+	b.record(decided)
+	return l, how != refused, nil
 }
 
 // Renew implements pgleader.Backend.
@@ -329,14 +340,24 @@ func (b *Backend) RenewTerm(ctx context.Context, key, owner string, token int64,
 		return time.Time{}, false, err
 	}
 	defer b.mu.Unlock()
+	r, err := b.renew(key, owner, token, ttl, now)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	return r.expires, r.resign, nil
+}
+
+// renew extends the term's lease to ttl from now and records the renewal;
+// b.mu is held.
+func (b *Backend) renew(key, owner string, token int64, ttl time.Duration, now time.Time) (*row, error) {
 	r := b.leases[key]
 	if r == nil || !r.held(now) || r.holder != owner || r.token != token {
 		b.record(Event{At: now, Op: OpRenew, Key: key, Owner: owner, Token: token})
-		return time.Time{}, false, pgleader.ErrLost
+		return nil, pgleader.ErrLost
 	}
 	r.renewed, r.expires = now, now.Add(ttl)
 	b.record(Event{At: now, Op: OpRenew, Key: key, Owner: owner, Token: token, OK: true, Expires: r.expires})
-	return r.expires, r.resign, nil
+	return r, nil
 }
 
 // Resign implements pgleader.Steerer.
