@@ -1,7 +1,7 @@
 // Package backendtest is the test suite that every [pgleader.Backend] must
 // pass: the contract written in the documentation of Backend and of the
-// optional [pgleader.Advancer], [pgleader.FloorAcquirer] and
-// [pgleader.Watcher]. Package pgleader runs it against [pgleader.Postgres],
+// optional [pgleader.Advancer], [pgleader.FloorAcquirer],
+// [pgleader.Watcher] and [pgleader.Handoffer]. Package pgleader runs it against [pgleader.Postgres],
 // and package pgleadertest against its in-memory Backend, so the fake cannot
 // drift from the real thing. A third-party backend runs it from a test of its
 // own:
@@ -61,6 +61,12 @@ func Run(t *testing.T, newBackend func(t *testing.T) pgleader.Backend) {
 		{"Advance", testAdvance},
 		{"AcquireWithFloor", testAcquireWithFloor},
 		{"Watch", testWatch},
+		{"HandOff", testHandOff},
+		{"HandOffChoice", testHandOffChoice},
+		{"HandOffEvents", testHandOffEvents},
+		{"PreferredLeader", testPreferredLeader},
+		{"Transfer", testTransfer},
+		{"HandOffBadInput", testHandOffBadInput},
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
