@@ -41,10 +41,11 @@ type Event struct {
 	Owner string
 	Token int64
 	// OK is whether the operation took effect: acquired, renewed,
-	// released, advanced.
+	// released, advanced; for the hand-off operations (see OpCampaign),
+	// won or confirmed, handed off or released, asked, withdrawn.
 	OK bool
-	// Expires is the lease's expiry after an acquire or renew that took
-	// effect.
+	// Expires is the lease's expiry after an acquire, renew, take or
+	// campaign that took effect.
 	Expires time.Time
 }
 
