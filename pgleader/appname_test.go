@@ -19,14 +19,7 @@ func TestConnectionsNameThemselves(t *testing.T) {
 	bBackend := pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet))
 	startOn(t, bBackend, pgleader.Spec{Key: "k", TTL: 3 * time.Second}, "b")
 	waitFor(t, "b to listen", bBackend.Listening)
-	count := func(name string) (n int) {
-		err := db.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, name).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(name string) int { return countConnections(t, db, name) }
 	waitFor(t, "b's LISTEN connection named 'pgleader listen'", func() bool { return count("pgleader listen") >= 1 })
 	waitFor(t, "the lease connections named 'pgleader lease'", func() bool { return count("pgleader lease") == 2 })
 }
@@ -37,14 +30,7 @@ func TestConnectionsNameThemselves(t *testing.T) {
 func TestConnectionsCloseAfterRun(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	count := func(name string) (n int) {
-		err := db.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, name).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(name string) int { return countConnections(t, db, name) }
 	spec := pgleader.Spec{Key: "k", TTL: 3 * time.Second}
 	a := startOn(t, pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet)), spec, "a")
 	waitFor(t, "a to lead", func() bool { return a.el.Status().Leading })
@@ -60,4 +46,16 @@ func TestConnectionsCloseAfterRun(t *testing.T) {
 	waitFor(t, "every lease and LISTEN connection to close", func() bool {
 		return count("pgleader lease") == 0 && count("pgleader listen") == 0
 	})
+}
+
+// countConnections counts the connections to db's database named name in
+// pg_stat_activity.
+func countConnections(t *testing.T, db *pgtest.DB, name string) (n int) {
+	t.Helper()
+	err := db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, name).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
