@@ -59,3 +59,40 @@ func countConnections(t *testing.T, db *pgtest.DB, name string) (n int) {
 	}
 	return n
 }
+
+// TestLeaseConnectionReusedWithinLinger: a Run that starts while the lease
+// connection of the last one still lingers gets the same session; one that
+// starts after it closed gets a new one.
+func TestLeaseConnectionReusedWithinLinger(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	backend := pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet))
+	pid := func() (p int) {
+		t.Helper()
+		err := db.Pool.QueryRow(context.Background(),
+			`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgleader lease'`).Scan(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	spec := pgleader.Spec{Key: "k", TTL: 3 * time.Second}
+	run := func() int {
+		r := startOn(t, backend, spec, "a")
+		waitFor(t, "a to lead", func() bool { return r.el.Status().Leading })
+		p := pid()
+		r.stopNow(t)
+		return p
+	}
+	pgleader.SetLinger(backend, time.Hour)
+	first := run()
+	if again := run(); again != first {
+		t.Fatalf("the second Run's lease connection is backend %d, want the lingering %d", again, first)
+	}
+	pgleader.SetLinger(backend, time.Millisecond)
+	run() // its connection closes 1 ms after it returns
+	waitFor(t, "the lease connection to close", func() bool { return countConnections(t, db, "pgleader lease") == 0 })
+	if next := run(); next == first {
+		t.Fatalf("a Run after the lease connection closed got backend %d again", next)
+	}
+}

@@ -15,3 +15,11 @@ func SetReprobe(p *Postgres, d time.Duration) {
 
 // Rehearse exposes rehearse to the tests.
 var Rehearse = rehearse
+
+// SetLinger sets how long p's lease connection stays open after its last
+// holder lets go (default linger).
+func SetLinger(p *Postgres, d time.Duration) {
+	p.lease.mu.Lock()
+	defer p.lease.mu.Unlock()
+	p.lease.linger = d
+}

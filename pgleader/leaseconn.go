@@ -31,7 +31,8 @@ type leaseConn struct {
 	mu      sync.Mutex // one statement at a time; guards the fields below
 	conn    *pgx.Conn
 	holders int
-	closing *time.Timer // closes conn linger after the last holder let go
+	closing *time.Timer   // closes conn linger after the last holder let go
+	linger  time.Duration // 0: linger; tests set it
 }
 
 // hold registers a user and returns the function that lets go.
@@ -50,7 +51,11 @@ func (lc *leaseConn) hold() func() {
 		if lc.holders == 0 && lc.conn != nil {
 			c := lc.conn
 			var t *time.Timer
-			t = time.AfterFunc(linger, func() {
+			d := lc.linger
+			if d == 0 {
+				d = linger
+			}
+			t = time.AfterFunc(d, func() {
 				lc.mu.Lock()
 				defer lc.mu.Unlock()
 				if lc.closing != t || lc.conn != c {
