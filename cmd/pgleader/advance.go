@@ -42,17 +42,11 @@ func cmdAdvance(args []string, stdout, stderr io.Writer) error {
 	if err != nil || pgleader.CheckFloor(floor) != nil {
 		return usagef("advance", "FLOOR must be a whole number from 0 to %d, got %q", pgleader.MaxFloor, pos[1])
 	}
-	url, err := databaseURL("advance", *db)
+	ctx, pool, done, err := connect("advance", *db)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	pool, err := openPool(ctx, "advance", url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer done()
 
 	advanced, counter, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).Advance(ctx, key, floor)
 	if err != nil {

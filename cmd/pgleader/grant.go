@@ -34,17 +34,11 @@ func cmdGrant(args []string, stdout, stderr io.Writer) error {
 		return usagef("grant", "want ROLE, got %d arguments", len(pos))
 	}
 	role := pos[0]
-	url, err := databaseURL("grant", *db)
+	ctx, pool, done, err := connect("grant", *db)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	pool, err := openPool(ctx, "grant", url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer done()
 
 	var history *string
 	err = pool.QueryRow(ctx, `

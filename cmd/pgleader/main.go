@@ -203,6 +203,22 @@ func databaseURL(cmd, flagValue string) (string, error) {
 	return "", usagef(cmd, "no database: pass --database URL or set DATABASE_URL")
 }
 
+// connect is what every command that talks to the database starts with: the
+// database URL (see databaseURL), a context cancelled by SIGINT or SIGTERM
+// and a pool on the URL. done closes the pool, then releases the signals.
+func connect(cmd, flagValue string) (ctx context.Context, pool *pgxpool.Pool, done func(), err error) {
+	url, err := databaseURL(cmd, flagValue)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop := signalContext()
+	if pool, err = openPool(ctx, cmd, url); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return ctx, pool, func() { pool.Close(); stop() }, nil
+}
+
 // openPool opens a pool on url; a URL that does not parse is bad usage.
 func openPool(ctx context.Context, cmd, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)

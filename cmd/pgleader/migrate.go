@@ -41,17 +41,11 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 	if action == "down" && !*yes {
 		return usagef("migrate", "down drops the schema \"pgleader\" with every lease and token counter; add --yes to confirm")
 	}
-	url, err := databaseURL("migrate", *db)
+	ctx, pool, done, err := connect("migrate", *db)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	pool, err := openPool(ctx, "migrate", url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer done()
 
 	switch action {
 	case "up":

@@ -45,17 +45,11 @@ func cmdResign(args []string, stdout, stderr io.Writer) error {
 			return usagef("resign", "--token must be a positive whole number, got %q", *tokenFlag)
 		}
 	}
-	url, err := databaseURL("resign", *db)
+	ctx, pool, done, err := connect("resign", *db)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	pool, err := openPool(ctx, "resign", url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer done()
 
 	l, asked, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).Resign(ctx, key, token)
 	switch {

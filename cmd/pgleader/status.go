@@ -60,7 +60,6 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		if err := pgleader.CheckKey(*setName); err != nil {
 			return usagef("status", "--set: %v", err)
 		}
-		return setStatus(*db, *setName, *prefix, stdout)
 	}
 	if len(pos) > 1 {
 		return usagef("status", "want at most one KEY, got %d arguments", len(pos))
@@ -70,17 +69,14 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 			return usagef("status", "KEY: %v", err)
 		}
 	}
-	url, err := databaseURL("status", *db)
+	ctx, pool, done, err := connect("status", *db)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	pool, err := openPool(ctx, "status", url)
-	if err != nil {
-		return err
+	defer done()
+	if *setName != "" {
+		return setStatus(ctx, pool, *setName, *prefix, stdout)
 	}
-	defer pool.Close()
 
 	var rows []leaseRow
 	if len(pos) == 1 {
@@ -190,18 +186,7 @@ func notMigratedHint(err error) error {
 }
 
 // setStatus prints a set's members and how its keys are spread.
-func setStatus(db, name, prefix string, stdout io.Writer) error {
-	url, err := databaseURL("status", db)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	pool, err := openPool(ctx, "status", url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+func setStatus(ctx context.Context, pool *pgxpool.Pool, name, prefix string, stdout io.Writer) error {
 	var keys []string
 	if err := pool.QueryRow(ctx,
 		`SELECT coalesce(array_agg(key ORDER BY key), '{}') FROM pgleader.lease WHERE starts_with(key, $1)`, prefix,

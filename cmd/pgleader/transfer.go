@@ -41,17 +41,11 @@ func cmdTransfer(args []string, stdout, stderr io.Writer) error {
 	if err := pgleader.CheckOwner(to); err != nil {
 		return usagef("transfer", "OWNER: %v", err)
 	}
-	url, err := databaseURL("transfer", *db)
+	ctx, pool, done, err := connect("transfer", *db)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	pool, err := openPool(ctx, "transfer", url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer done()
 
 	l, asked, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).Transfer(ctx, key, to)
 	switch {
