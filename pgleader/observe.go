@@ -69,6 +69,12 @@ func (e *Elector) observe(o Observation) {
 // successful acquire or renew is older than it should be.
 var ErrRenewLate = errors.New("pgleader: renewals are late")
 
+// renewLate is how long after the last successful acquire or renew was
+// sent a live term's renewals are late: one retry after the planned one.
+func (s Spec) renewLate() time.Duration {
+	return s.RenewEvery + min(s.CampaignEvery, s.RenewEvery)
+}
+
 // Check reports whether the elector is healthy: nil unless it leads and its
 // last successful acquire or renew was sent more than RenewEvery +
 // min(CampaignEvery, RenewEvery) ago, one retry later than planned. A
@@ -79,8 +85,7 @@ func (e *Elector) Check() error {
 	if !st.Leading {
 		return nil
 	}
-	late := e.spec.RenewEvery + min(e.spec.CampaignEvery, e.spec.RenewEvery)
-	if since := time.Since(st.LastRenewSent); since > late {
+	if since := time.Since(st.LastRenewSent); since > e.spec.renewLate() {
 		return fmt.Errorf("%w: key %q token %d last renewed %v ago (expected every %v); last error: %v",
 			ErrRenewLate, st.Key, st.Token, since.Round(time.Millisecond), e.spec.RenewEvery, st.LastError)
 	}

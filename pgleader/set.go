@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -185,7 +186,7 @@ func (s *Set) poke() {
 func (s *Set) Keys() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Sorted(mapKeys(s.keys))
+	return slices.Sorted(maps.Keys(s.keys))
 }
 
 // Terms returns the live terms of this replica (won, not yet ending),
@@ -216,22 +217,11 @@ func (s *Set) Check() error {
 	if st.Held == 0 {
 		return nil
 	}
-	late := s.spec.RenewEvery + min(s.spec.CampaignEvery, s.spec.RenewEvery)
-	if since := time.Since(st.LastRenewSent); since > late {
+	if since := time.Since(st.LastRenewSent); since > s.spec.renewLate() {
 		return fmt.Errorf("%w: set %q (%d keys held) last renewed %v ago (expected every %v); last error: %v",
 			ErrRenewLate, st.Name, st.Held, since.Round(time.Millisecond), s.spec.RenewEvery, st.LastError)
 	}
 	return nil
-}
-
-func mapKeys[M ~map[string]V, V any](m M) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func (s *Set) fail(err error) {

@@ -222,15 +222,7 @@ func (r *recorder) Renew(ctx context.Context, key, owner string, token int64, tt
 	}
 	sent := time.Now()
 	expires, err := r.pg.Renew(ctx, key, owner, token, ttl)
-	e := r.event(KindRenew, sent, err)
-	e.Token, e.Term = token, r.term(token)
-	switch {
-	case err == nil:
-		e.Expires, e.DB = expires, expires.Add(-ttl)
-	case errors.Is(err, pgleader.ErrLost):
-		e.Result = Lost
-	}
-	r.sink.Record(e)
+	r.renewed(sent, token, ttl, expires, err)
 	return expires, err
 }
 
