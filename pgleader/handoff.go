@@ -129,39 +129,12 @@ func handOffAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, to
 	if to != "" {
 		target = []byte(to)
 	}
-	pl := c.StartPipeline(ctx)
-	pl.SendQueryParams(`SELECT released, successor FROM pgleader.hand_off($1, $2, $3, $4)`,
-		[][]byte{[]byte(key), []byte(owner), tok, target}, nil, nil, nil)
-	pl.SendPipelineSync()
-	pl.SendQueryParams(handOffHint, [][]byte{[]byte(key), tok}, nil, nil, nil)
-	pl.SendPipelineSync()
-	if err := pl.Flush(); err != nil {
-		_ = pl.Close()
+	row, err := statementAndHint(ctx, c, `SELECT released, successor FROM pgleader.hand_off($1, $2, $3, $4)`,
+		[][]byte{[]byte(key), []byte(owner), tok, target}, handOffHint, [][]byte{[]byte(key), tok})
+	if err != nil || len(row) != 2 {
 		return false, "", err
 	}
-	res, err := pl.GetResults()
-	if err != nil {
-		_ = pl.Close()
-		return false, "", err
-	}
-	rr, ok := res.(*pgconn.ResultReader)
-	if !ok {
-		_ = pl.Close()
-		return false, "", fmt.Errorf("pgleader: unexpected pipeline result %T", res)
-	}
-	var released bool
-	var successor string
-	for rr.NextRow() {
-		v := rr.Values()
-		released, successor = string(v[0]) == "t", string(v[1])
-	}
-	if _, err := rr.Close(); err != nil {
-		_ = pl.Close()
-		return false, "", err
-	}
-	err = pipelineDrain(pl)
-	_ = pl.Close() // reads the hint's answer; a hint that failed changes nothing
-	return released, successor, err
+	return string(row[0]) == "t", string(row[1]), nil
 }
 
 // RenewPreferring implements [Handoffer].

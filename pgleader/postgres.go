@@ -1,6 +1,7 @@
 package pgleader
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -307,24 +308,13 @@ func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) 
 	return released, nil
 }
 
-// releaseAndHint pipelines the release and, after a Sync that commits it,
-// the release hint in an implicit transaction of its own, whose failure is
-// ignored. Both go out in one write.
+// releaseAndHint releases, then sends the release hint (see
+// statementAndHint).
 func releaseAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64) (bool, error) {
-	pl := c.StartPipeline(ctx)
-	pl.SendQueryParams(`SELECT pgleader.release($1, $2, $3)`,
-		[][]byte{[]byte(key), []byte(owner), strconv.AppendInt(nil, token, 10)}, nil, nil, nil)
-	pl.SendPipelineSync()
-	pl.SendQueryParams(`SELECT pg_notify($1, $2)`,
-		[][]byte{[]byte(channel), []byte(hintPayload("release", key))}, nil, nil, nil)
-	pl.SendPipelineSync()
-	if err := pl.Flush(); err != nil {
-		_ = pl.Close()
-		return false, err
-	}
-	released, err := pipelineBool(pl)
-	_ = pl.Close() // reads the hint's answer; a hint that failed changes nothing
-	return released, err
+	row, err := statementAndHint(ctx, c, `SELECT pgleader.release($1, $2, $3)`,
+		[][]byte{[]byte(key), []byte(owner), strconv.AppendInt(nil, token, 10)},
+		`SELECT pg_notify($1, $2)`, [][]byte{[]byte(channel), []byte(hintPayload("release", key))})
+	return len(row) == 1 && string(row[0]) == "t", err
 }
 
 // hintPayload is the notification payload for event on key, in the format
@@ -332,24 +322,48 @@ func releaseAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, to
 // field, read too; 0 makes them look at once).
 func hintPayload(event, key string) string { return event + " 0 " + key }
 
-// pipelineBool reads one single-boolean result and its Sync.
-func pipelineBool(pl *pgconn.Pipeline) (bool, error) {
+// statementAndHint pipelines sql with args and, after a Sync that commits
+// it, the hint statement in an implicit transaction of its own, whose
+// failure is ignored: both go out in one write, and no notification can
+// fail or serialize the lease operation. It returns the last row of sql's
+// result (nil if it had none).
+func statementAndHint(ctx context.Context, c *pgconn.PgConn, sql string, args [][]byte, hint string, hintArgs [][]byte) ([][]byte, error) {
+	pl := c.StartPipeline(ctx)
+	pl.SendQueryParams(sql, args, nil, nil, nil)
+	pl.SendPipelineSync()
+	pl.SendQueryParams(hint, hintArgs, nil, nil, nil)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		_ = pl.Close()
+		return nil, err
+	}
+	row, err := pipelineRow(pl)
+	_ = pl.Close() // reads the hint's answer; a hint that failed changes nothing
+	return row, err
+}
+
+// pipelineRow reads one result, returning a copy of its last row, and its
+// Sync.
+func pipelineRow(pl *pgconn.Pipeline) ([][]byte, error) {
 	res, err := pl.GetResults()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	rr, ok := res.(*pgconn.ResultReader)
 	if !ok {
-		return false, fmt.Errorf("pgleader: unexpected pipeline result %T", res)
+		return nil, fmt.Errorf("pgleader: unexpected pipeline result %T", res)
 	}
-	var v bool
+	var row [][]byte
 	for rr.NextRow() {
-		v = string(rr.Values()[0]) == "t"
+		row = row[:0]
+		for _, v := range rr.Values() {
+			row = append(row, bytes.Clone(v)) // Values is reused by the next read
+		}
 	}
 	if _, err := rr.Close(); err != nil {
-		return false, err // Close reads on to the Sync
+		return nil, err // Close reads on to the Sync
 	}
-	return v, pipelineDrain(pl)
+	return row, pipelineDrain(pl)
 }
 
 // pipelineDrain reads results up to and including the next Sync.

@@ -450,9 +450,6 @@ func ceilDiv(a, b int) int {
 	return (a + b - 1) / b
 }
 
-// liveHeld counts the terms that have not begun to end.
-func (r *setRun) liveHeld() int { return r.nLive }
-
 // startRenew sends one renewal tick for every live term whose safe end is
 // ahead, bounded by the earliest of those safe ends.
 func (r *setRun) startRenew() {
@@ -547,7 +544,7 @@ func (r *setRun) rebalance() {
 	s.mu.Unlock()
 	m := max(len(r.members), 1)
 	share := ceilDiv(n, m)
-	held := r.liveHeld()
+	held := r.nLive
 	deficit, total, lowest := 0, held, true
 	for _, mb := range r.members {
 		if mb.Owner == s.opts.Owner {
