@@ -3,7 +3,6 @@ package chaos_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -103,13 +102,7 @@ func TestChaosProcesses(t *testing.T) {
 // acknowledged rows are lost) among crashes and wipes. It needs the
 // PostgreSQL server binaries, pg_basebackup among them.
 func TestChaosFailover(t *testing.T) {
-	bin, err := chaos.FindPostgresBin()
-	if err == nil {
-		_, err = os.Stat(filepath.Join(bin, "pg_basebackup"))
-	}
-	if err != nil {
-		t.Skipf("skipping: %v (install the PostgreSQL server package)", err)
-	}
+	bin := pgtest.ServerBin(t)
 	ctx := context.Background()
 	cluster, err := chaos.StartReplicated(ctx, bin, chaos.ClusterOptions{})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgleader/pgleader/internal/chaos"
+	"github.com/pgleader/pgleader/internal/pgtest"
 	"github.com/pgleader/pgleader/internal/tcpproxy"
 	"github.com/pgleader/pgleader/migrations"
 	"github.com/pgleader/pgleader/pgleader"
@@ -34,19 +35,7 @@ const liveness = 45 * time.Second
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func postgresBin(t *testing.T) string {
-	t.Helper()
-	bin, err := chaos.FindPostgresBin()
-	if err != nil {
-		t.Skipf("skipping: %v (install the PostgreSQL server package)", err)
-	}
-	for _, tool := range []string{"initdb", "pg_ctl", "pg_basebackup"} {
-		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
-			t.Skipf("skipping: no %s in %s", tool, bin)
-		}
-	}
-	return bin
-}
+func postgresBin(t *testing.T) string { return pgtest.ServerBin(t) }
 
 func startCluster(t *testing.T, bin string, opts chaos.ClusterOptions) *chaos.Cluster {
 	t.Helper()
@@ -379,7 +368,7 @@ func faketimeLib(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("skipping: libfaketime is not installed (apt-get install libfaketime)")
+	pgtest.SkipWithout(t, "libfaketime", "libfaketime")
 	return ""
 }
 
