@@ -56,24 +56,19 @@ func (p *Postgres) RenewSet(ctx context.Context, set, owner string, keys []strin
 		first  pgtype.Timestamptz
 		owners []string
 		counts []int32
-		now    time.Time
 	)
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT lost, expires_at, members, member_held, db_now FROM pgleader.set_tick($1, $2, $3, $4, $5, $6)`, exec,
+			`SELECT lost, expires_at, members, member_held FROM pgleader.set_tick($1, $2, $3, $4, $5, $6)`, exec,
 			set, owner, keys, tokens, interval(ttl), held,
-		).Scan(&lost, &first, &owners, &counts, &now)
+		).Scan(&lost, &first, &owners, &counts)
 	})
 	if err != nil {
 		return nil, nil, sqlError("set_tick", err)
 	}
-	gone := make(map[string]bool, len(lost))
-	for _, k := range lost {
-		gone[k] = true
-	}
 	expires := make([]time.Time, len(keys))
-	for i, k := range keys {
-		if !gone[k] {
+	for i, gone := range among(keys, lost) {
+		if !gone {
 			expires[i] = first.Time // no key renewed expires sooner
 		}
 	}
@@ -102,15 +97,20 @@ func (p *Postgres) ReleaseSet(ctx context.Context, set, owner string, keys []str
 	if err != nil {
 		return nil, sqlError("set_release", err)
 	}
-	done := make(map[string]bool, len(freed))
-	for _, k := range freed {
-		done[k] = true
+	return among(keys, freed), nil
+}
+
+// among reports, for each of keys, whether it is one of some.
+func among(keys, some []string) []bool {
+	in := make(map[string]bool, len(some))
+	for _, k := range some {
+		in[k] = true
 	}
-	released := make([]bool, len(keys))
+	is := make([]bool, len(keys))
 	for i, k := range keys {
-		released[i] = done[k]
+		is[i] = in[k]
 	}
-	return released, nil
+	return is
 }
 
 // SetOwner is one owner in a [SetReport].
