@@ -344,7 +344,7 @@ func (e *Elector) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			failures++
-			retry := e.backoff(failures)
+			retry := e.spec.backoff(failures)
 			e.setState(StateBackingOff, time.Now().Add(retry))
 			e.log.Warn("campaign failed", "err", err, "retry_in", retry)
 			if !wait.Sleep(ctx, retry) {
@@ -486,14 +486,11 @@ func drain(events <-chan Event) (Event, bool) {
 	}
 }
 
-// backoff doubles the campaign interval for each consecutive failure up to
-// half the TTL, less up to 20% jitter so replicas do not retry in step. The
-// cap keeps a candidate that was backing off when the database came back
-// from sleeping past the moment a lapsed lease becomes free.
-func (e *Elector) backoff(failures int) time.Duration { return e.spec.backoff(failures) }
-
 // backoff is the wait after failures consecutive failed campaigns, for an
-// Elector and a Set alike.
+// Elector and a Set alike: the campaign interval doubled for each failure
+// up to half the TTL, less up to 20% jitter so replicas do not retry in
+// step. The cap keeps a candidate that was backing off when the database
+// came back from sleeping past the moment a lapsed lease becomes free.
 func (s Spec) backoff(failures int) time.Duration {
 	limit := max(s.CampaignEvery, s.TTL/2)
 	d := s.CampaignEvery
@@ -545,7 +542,7 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 		e.floor, e.floorRead = floor, true
 	}
 	sent := time.Now()
-	_, _, yieldAt := e.timeline(sent)
+	_, _, yieldAt := e.spec.timeline(sent)
 	actx, cancel := context.WithDeadline(ctx, yieldAt)
 	defer cancel()
 	var lease Lease
@@ -598,12 +595,6 @@ func (e *Elector) fail(err error) error {
 	return err
 }
 
-// timeline returns the safe end, cancel and yield instants for a term whose
-// last successful acquire or renew was sent at sent.
-func (e *Elector) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
-	return e.spec.timeline(sent)
-}
-
 type renewResult struct {
 	sent   time.Time
 	took   time.Duration
@@ -620,7 +611,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, announc
 	t := newTerm(e.spec.Key, e.opts.Owner, token, sent)
 	defer close(t.over)
 	log := e.log.With("token", token)
-	safeEnd, cancelAt, yieldAt := e.timeline(sent)
+	safeEnd, cancelAt, yieldAt := e.spec.timeline(sent)
 	t.setTimeline(safeEnd, yieldAt)
 
 	e.mu.Lock()
@@ -733,7 +724,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, announc
 				if r.resign {
 					t.requestResign() // handled as StepDown: yield, then release
 				}
-				safeEnd, cancelAt, yieldAt = e.timeline(r.sent)
+				safeEnd, cancelAt, yieldAt = e.spec.timeline(r.sent)
 				t.setTimeline(safeEnd, yieldAt)
 				t.setRenewed(r.sent)
 				yieldTimer.Reset(time.Until(yieldAt))

@@ -241,12 +241,6 @@ func (s *Set) observe(o Observation) {
 	s.opts.Observer.Observe(o)
 }
 
-// timeline returns S, C and Y for terms whose last acquire or renew was
-// sent at sent, as Elector.timeline does.
-func (s *Set) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
-	return s.spec.timeline(sent)
-}
-
 // Run campaigns for the set's keys until ctx is cancelled, running the body
 // for every key it wins. Backend errors never end Run: it logs them and
 // retries. When ctx is cancelled every live term ends as stopped: each body
@@ -654,7 +648,7 @@ func (r *setRun) over(t *Term) {
 
 func (r *setRun) newBatch(sent time.Time) *batch {
 	b := &batch{sent: sent, terms: make(map[string]*setTerm)}
-	b.safeEnd, b.cancelAt, b.yieldAt = r.s.timeline(sent)
+	b.safeEnd, b.cancelAt, b.yieldAt = r.s.spec.timeline(sent)
 	r.batches[b] = struct{}{}
 	return b
 }
@@ -790,7 +784,7 @@ func (r *setRun) startCampaign() {
 			floors = fl
 		}
 		sent := time.Now()
-		_, _, yieldAt := s.timeline(sent)
+		_, _, yieldAt := s.spec.timeline(sent)
 		ctx, cancel := context.WithDeadline(r.ctx, yieldAt)
 		defer cancel()
 		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra)
@@ -806,7 +800,7 @@ func (r *setRun) campaigned(d campaignDone) {
 		}
 		s.fail(d.err)
 		r.failures++
-		retry := r.backoff()
+		retry := s.spec.backoff(r.failures)
 		s.log.Warn("campaign failed", "err", d.err, "retry_in", retry)
 		if !r.stopping {
 			r.campaignT.Reset(retry)
@@ -832,8 +826,6 @@ func (r *setRun) campaigned(d campaignDone) {
 		r.campaignT.Reset(s.spec.CampaignEvery - jitter(s.spec.CampaignEvery/10))
 	}
 }
-
-func (r *setRun) backoff() time.Duration { return r.s.spec.backoff(r.failures) }
 
 // start begins the term of a key just won. A term won for a key removed
 // meanwhile, after Run's context was cancelled, or answered after its yield
