@@ -797,26 +797,34 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, announc
 	return t.Reason(), bodyErr
 }
 
-// holdAfterCancel waits, before a release, until ReleaseTimeout after the
-// body's context was cancelled at cancelledAt. A body that returned only
-// once cancelled may have sent a statement just before that has not run
-// yet (pgx returns at once on cancellation); released at once, the lease
-// could pass to a successor before that statement commits. A term that
-// expires gives such a statement ReleaseTimeout and Margin, from C to the
-// expiry; this gives it ReleaseTimeout, and the lease is still held until
-// then: the cancellation came at C or sooner, and S = C + ReleaseTimeout
-// is Margin before the expiry.
+// holdAfterCancel waits, before a release, as long as Spec.releaseHold says.
 func (e *Elector) holdAfterCancel(log *slog.Logger, cancelledAt time.Time) {
-	d := time.Until(cancelledAt.Add(e.spec.ReleaseTimeout))
+	d := e.spec.releaseHold(cancelledAt)
 	if d <= 0 {
 		return
 	}
-	log.Info("the body returned only after its context was cancelled; releasing ReleaseTimeout after that, so a statement it had sent commits while the lease is held",
-		"release_in", d)
+	log.Info(releaseHeld, "release_in", d)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	<-t.C
 }
+
+// releaseHold is how long the release of a term whose body returned only
+// once its context was cancelled, at cancelledAt, must still wait: until
+// ReleaseTimeout after the cancellation. Such a body may have sent a
+// statement just before that has not run yet (pgx returns at once on
+// cancellation); released at once, the lease could pass to a successor
+// before that statement commits. A term that expires gives such a
+// statement ReleaseTimeout and Margin, from C to the expiry; this gives it
+// ReleaseTimeout, and the lease is still held until then: the cancellation
+// came at C or sooner, and S = C + ReleaseTimeout is Margin before the
+// expiry. Elector and Set both apply it.
+func (s Spec) releaseHold(cancelledAt time.Time) time.Duration {
+	return time.Until(cancelledAt.Add(s.ReleaseTimeout))
+}
+
+// releaseHeld is the log message of a release held by releaseHold.
+const releaseHeld = "the body returned only after its context was cancelled; releasing ReleaseTimeout after that, so a statement it had sent commits while the lease is held"
 
 // ended records that t is over.
 func (e *Elector) ended(t *Term, bodyErr error) {

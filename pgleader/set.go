@@ -910,12 +910,10 @@ func (r *setRun) bodyReturned(d bodyDone) {
 		return
 	}
 	if at := st.cancelledAt.Load(); d.cancelled && at != nil {
-		// As Elector.holdAfterCancel: the term stays (ending, not
-		// renewed) until ReleaseTimeout after the cancellation, so that
-		// a statement the body sent before it commits inside the lease.
-		if wait := time.Until(at.Add(s.spec.ReleaseTimeout)); wait > 0 {
-			s.log.Info("the body returned only after its context was cancelled; releasing ReleaseTimeout after that, so a statement it had sent commits while the lease is held",
-				"key", d.key, "token", st.t.token, "release_in", wait)
+		// See Spec.releaseHold: the term stays (ending, not renewed)
+		// until then.
+		if wait := s.spec.releaseHold(*at); wait > 0 {
+			s.log.Info(releaseHeld, "key", d.key, "token", st.t.token, "release_in", wait)
 			d.held = true
 			time.AfterFunc(wait, func() { r.bodies <- d }) // the loop runs while st is in r.terms
 			return
