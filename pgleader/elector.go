@@ -517,7 +517,7 @@ func jitter(d time.Duration) time.Duration {
 // registering this replica until TTL + Margin from now, longer than the
 // at most TTL until its next campaign.
 //
-// With reuseFloor it sends the floor read last instead of reading it: the
+// With reuseFloor it sends the floor it read last instead of reading it: the
 // campaign follows one that found another term holding the lease, and is
 // most likely to find it held again (renewed), when a floor read would be a
 // wasted statement. That is safe: the floor only spares terms that Claim
