@@ -31,6 +31,7 @@ checks=(
 	"liveness-failover|pass|-DFAILOVER -DSTORE_SAME -DSTRICT_P2 -DFO_END=2 -DFAULT_END=2 -DTMAX=19"
 	"handoff|pass|-DHANDOFF -DFAULT_BUDGET=1"
 	"liveness-handoff|pass|-DHANDOFF -DFENCE0=3 -DFAULT_END=6"
+	"handoff-two-returns|pass|-DHANDOFF -DRETURNS=2 -DFAULT_BUDGET=1"
 	"mutant-no-yield|fail|-DMUTANT_NO_YIELD"
 	"mutant-receive-time|fail|-DMUTANT_RECV_TIME"
 	"mutant-claim-le|fail|-DMUTANT_CLAIM_LE -DWIPE"
@@ -40,6 +41,8 @@ checks=(
 	"mutant-no-grace|fail|-DFAILOVER -DMUTANT_NO_GRACE -DFAULT_BUDGET=1 -DFO_END=3"
 	"mutant-no-epoch|fail|-DFAILOVER -DSTORE_SAME -DSTRICT_P2 -DMUTANT_NO_EPOCH -DFAULT_BUDGET=1 -DFO_END=1"
 	"mutant-handoff-no-check|fail|-DHANDOFF -DMUTANT_HANDOFF_NO_CHECK -DFAULT_BUDGET=1"
+	"mutant-handoff-ttl-bound|fail|-DHANDOFF -DMUTANT_HANDOFF_TTL_BOUND -DFENCE0=3 -DFAULT_END=6"
+	"mutant-handoff-relead|fail|-DHANDOFF -DMUTANT_HANDOFF_RELEAD -DRETURNS=2 -DFAULT_BUDGET=1"
 )
 
 rows=()

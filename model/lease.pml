@@ -21,7 +21,9 @@
  * registers through its campaign, a term that finishes hands the lease to
  * the live candidate in one step, and the successor leads only after a
  * take the database answers; hints (real, lost, late or forged) may come
- * at any time.
+ * at any time. A take that finds at least KEEP left answers from a read
+ * (migrations/0010_confirm.up.sql): the term's first bound is the
+ * hand-off's expiry, and its first renewal confirms it.
  */
 #include "spec.pml"
 
@@ -76,6 +78,11 @@
 #define FLOOR 0
 #else
 #define FLOOR fence
+#endif
+#ifdef MUTANT_HANDOFF_RELEAD   /* Run leads a term it led already (a check's or a campaign's) */
+#define MUTANT_RELEAD 1
+#else
+#define MUTANT_RELEAD 0
 #endif
 #ifdef MUTANT_HANDOFF_NO_CHECK /* the successor believes a hand-off hint without take */
 #ifndef HANDOFF
@@ -225,6 +232,8 @@ typedef Replica_t {
 	unsigned tkSent : W5;   /* when that take was sent */
 	unsigned tkTok : W5;
 	unsigned tkSeq : W5;
+	unsigned tkB : W5;      /* what the term had left when that take ran */
+	unsigned last : W5;     /* Elector.lastToken: the token of the last term led */
 #else
 	unsigned req : 2;       /* a statement delayed on its way */
 #endif
@@ -251,6 +260,7 @@ bit wiped;                /* the lease row was lost during the run */
 bit led;                  /* P4: a claim was accepted since the last tick */
 #ifdef HANDOFF
 bit hoff;                 /* lease.handed_off */
+unsigned tkBound : W5;    /* scratch: what a handed-off term had left when take ran */
 #endif
 #ifdef FAILOVER
 #define FO_NONE 0
@@ -348,10 +358,12 @@ unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 	:: else \
 	fi
 #define HOFF_CLEAR hoff = false
+#define HOFF_LAST r[i].last = r[i].repTok
 #else
 #define HOFF_WON skip
 #define HOFF_REGISTER skip
 #define HOFF_CLEAR skip
+#define HOFF_LAST skip
 #endif
 
 /* ---- the database runs replica i's statement (migrations/0001_lease.up.sql) ---- */
@@ -422,7 +434,7 @@ inline dbExec(i) {
 		if
 		:: holder == i + 1 && ltoken == r[i].reqArg && expires > now &&
 		   (!INGRACE || expires > now + GRACE_OFFSET) ->
-			expires = now + TTL; r[i].rep = P_OK;
+			expires = now + TTL; r[i].rep = P_OK; HOFF_CLEAR;
 			printf("t%d db: renew r%d token %d -> expires %d\n", now, i, r[i].reqArg, expires)
 		:: else ->
 			r[i].rep = P_LOST;
@@ -495,9 +507,18 @@ inline storeExec(i) {
 /* ---- replica i takes in the answer to its statement (pgleader/elector.go) ---- */
 inline consume(i) {
 	if
+#ifdef HANDOFF
+	:: r[i].st == ACQ && r[i].rep == P_WON && r[i].lc < r[i].sent + TTL && r[i].repTok == r[i].last && !MUTANT_RELEAD ->
+		/* the campaign confirmed the term this replica led last (its
+		 * hand-off or release was lost): Run hands it off again rather
+		 * than lead its token twice, then campaigns as after a term */
+		printf("t%d r%d: campaign confirmed its own ended token %d: hands it off\n", now, i, r[i].repTok);
+		r[i].req = R_HOFF; r[i].reqArg = r[i].repTok; dbExec(i);
+		r[i].st = IDLE; r[i].wake = r[i].lc + (holder == (i ^ 1) + 1 && hoff -> 0 : CAMPAIGN_EVERY)
+#endif
 	:: r[i].st == ACQ && r[i].rep == P_WON && r[i].lc < r[i].sent + TTL ->
 		/* campaign returns won; lead(token, sent) */
-		r[i].st = LEAD; r[i].tok = r[i].repTok; r[i].tseq = r[i].repSeq;
+		r[i].st = LEAD; r[i].tok = r[i].repTok; r[i].tseq = r[i].repSeq; HOFF_LAST;
 		r[i].tb = (TIMELINE_FROM_SEND -> r[i].sent : r[i].lc);
 		r[i].phase = CLAIMING; r[i].ending = false; r[i].lost = false;
 		r[i].renewing = false; r[i].rnext = r[i].tb + RENEW_EVERY;
@@ -566,17 +587,40 @@ inline endTerm(i) {
  * connection checks it at once, whatever the elector is doing, unless it
  * is leading (then nothing is handed to it) or paused. */
 #define HINT    (!r[i].paused && r[i].st != LEAD && !r[i].tkDel)
-/* pgleader.take confirms: the row names i in a handed-off unexpired term */
+/* pgleader.take finds a term handed to i: the row names i in a handed-off
+ * unexpired term */
 #define TAKE_OK (holder == i + 1 && hoff && expires > now)
+/* ... and Run leads it only if it is later than the last term it led */
+#define TAKE_NEW (ltoken > r[i].last || MUTANT_RELEAD)
+/* take(p_keep): with at least KEEP left it answers from a read and the
+ * term keeps the hand-off's expiry; else it confirms, TTL from now. tkBound
+ * is what the term has left, the bound lead counts from the check's send. */
 inline takeExec(i) {
-	expires = now + TTL; hoff = false; r[i].cexp = 0;
-	printf("t%d db: take r%d confirms token %d, expires %d\n", now, i, ltoken, expires)
+	if
+	:: expires >= now + KEEP ->
+		tkBound = expires - now;
+		printf("t%d db: take r%d reads token %d, %d left\n", now, i, ltoken, tkBound)
+	:: else ->
+		expires = now + TTL; hoff = false; r[i].cexp = 0; tkBound = TTL;
+		printf("t%d db: take r%d confirms token %d, expires %d\n", now, i, ltoken, expires)
+	fi
 }
-/* The elector leads the handed-off term: lead(token, sent) with the
- * check's send instant, as for a won campaign. A campaign in progress is
- * given up (Go: its answer is busy, and the confirmed event is taken next). */
-#define TAKE_LEAD(S, T, Q) \
-	r[i].st = LEAD; r[i].tok = (T); r[i].tseq = (Q); r[i].tb = (TIMELINE_FROM_SEND -> (S) : r[i].lc); \
+/* The elector leads the handed-off term: lead(token, sent, bound) with the
+ * check's send instant; bound is min(TTL, what was left), so the timeline
+ * is a won campaign's moved bound - TTL earlier (the first renewal too).
+ * S + B >= TTL holds: a candidate row lasts CAND_TTL = TTL + MARGIN from
+ * its campaign and a local clock lags by at most DRIFT <= MARGIN. A
+ * campaign in progress is given up (Go: its answer is busy, and the
+ * confirmed event is taken next). */
+#ifdef MUTANT_HANDOFF_TTL_BOUND  /* a term believed on a read counts TTL from the check, not what it had left */
+#define BOUND(B) TTL
+#else
+#define BOUND(B) ((B) < TTL -> (B) : TTL)
+#endif
+#define TAKE_LEAD(S, T, Q, B) \
+	PROP(0, (TIMELINE_FROM_SEND -> (S) : r[i].lc) + BOUND(B) >= TTL); \
+	r[i].st = LEAD; r[i].tok = (T); r[i].tseq = (Q); r[i].last = (T); \
+	r[i].tb = (TIMELINE_FROM_SEND -> (S) : r[i].lc) + BOUND(B) - TTL; \
 	r[i].phase = CLAIMING; r[i].ending = false; r[i].lost = false; r[i].fin = false; \
 	r[i].renewing = false; r[i].rnext = r[i].tb + RENEW_EVERY; \
 	r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0; \
@@ -586,19 +630,20 @@ inline takeExec(i) {
 #ifdef MUTANT_HANDOFF_NO_CHECK
 /* the hint is believed: the term starts at its receipt, with the row's token */
 #define HANDOFF_STEPS \
-	:: d_step { HINT -> printf("t%d r%d: hint believed\n", now, i); TAKE_LEAD(r[i].lc, ltoken, seqN); CHECK_P1 }
+	:: d_step { HINT -> printf("t%d r%d: hint believed\n", now, i); TAKE_LEAD(r[i].lc, ltoken, seqN, TTL); CHECK_P1 }
 #else
 #define HANDOFF_STEPS \
-	:: d_step { HINT && TAKE_OK -> printf("t%d r%d: hint, take\n", now, i); takeExec(i); TAKE_LEAD(r[i].lc, ltoken, seqN); CHECK_P1 } \
-	:: d_step { HINT && TAKE_OK && BUDGET -> fault(); printf("t%d r%d: hint, take (answer lost)\n", now, i); takeExec(i) } \
+	:: d_step { HINT && TAKE_OK && TAKE_NEW -> printf("t%d r%d: hint, take\n", now, i); takeExec(i); TAKE_LEAD(r[i].lc, ltoken, seqN, tkBound); tkBound = 0; CHECK_P1 } \
+	:: d_step { HINT && TAKE_OK && !TAKE_NEW -> printf("t%d r%d: hint, take of a term led already: ignored\n", now, i); takeExec(i); tkBound = 0 } \
+	:: d_step { HINT && TAKE_OK && BUDGET -> fault(); printf("t%d r%d: hint, take (answer lost)\n", now, i); takeExec(i); tkBound = 0 } \
 	:: d_step { HINT && TAKE_OK && BUDGET -> fault(); printf("t%d r%d: hint, take (answer delayed)\n", now, i); takeExec(i); \
-		r[i].tkDel = true; r[i].tkSent = r[i].lc; r[i].tkTok = ltoken; r[i].tkSeq = seqN } \
+		r[i].tkDel = true; r[i].tkSent = r[i].lc; r[i].tkTok = ltoken; r[i].tkSeq = seqN; r[i].tkB = tkBound; tkBound = 0 } \
 	:: d_step { !r[i].paused && r[i].tkDel -> \
 		if \
-		:: r[i].st != LEAD && r[i].lc < r[i].tkSent + YIELD_AT -> TAKE_LEAD(r[i].tkSent, r[i].tkTok, r[i].tkSeq) \
-		:: else -> printf("t%d r%d: take's answer too late\n", now, i) \
+		:: r[i].st != LEAD && r[i].tkTok > r[i].last && r[i].lc < r[i].tkSent + BOUND(r[i].tkB) - TTL + YIELD_AT -> TAKE_LEAD(r[i].tkSent, r[i].tkTok, r[i].tkSeq, r[i].tkB) \
+		:: else -> printf("t%d r%d: take's answer too late, or for a term led already\n", now, i) \
 		fi; \
-		r[i].tkDel = false; r[i].tkSent = 0; r[i].tkTok = 0; r[i].tkSeq = 0; CHECK_P1 }
+		r[i].tkDel = false; r[i].tkSent = 0; r[i].tkTok = 0; r[i].tkSeq = 0; r[i].tkB = 0; CHECK_P1 }
 #endif
 #else
 #define HOFF_FIN   skip

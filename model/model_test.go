@@ -241,7 +241,9 @@ func TestModelUsesTimeline(t *testing.T) {
 		}
 	}
 	// Every assignment of a term's base s goes through TIMELINE_FROM_SEND
-	// (or clears it when the term ends).
+	// (or clears it when the term ends). A handed-off term believed on a
+	// read moves its base by what it had left less TTL (Spec.timelineWithin),
+	// which TestHandOffMatchesGo pins to the Go loop.
 	assign := regexp.MustCompile(`r\[i\]\.tb = ([^;\n]*)`)
 	matches := assign.FindAllStringSubmatch(text, -1)
 	if len(matches) == 0 {
@@ -249,7 +251,7 @@ func TestModelUsesTimeline(t *testing.T) {
 	}
 	for _, m := range matches {
 		switch m[1] {
-		case "(TIMELINE_FROM_SEND -> r[i].sent : r[i].lc)", "(TIMELINE_FROM_SEND -> (S) : r[i].lc)", "0":
+		case "(TIMELINE_FROM_SEND -> r[i].sent : r[i].lc)", "(TIMELINE_FROM_SEND -> (S) : r[i].lc) + BOUND(B) - TTL", "0":
 		default:
 			t.Errorf("lease.pml sets the timeline base with %q, not through TIMELINE_FROM_SEND", m[0])
 		}
@@ -467,16 +469,19 @@ func (c *candBackend) Candidates(ctx context.Context, key string) ([]pgleader.Ca
 func (c *candBackend) Withdraw(ctx context.Context, key, owner string) error { return nil }
 
 // TestHandOffMatchesGo: the hand-off lease.pml models (-DHANDOFF) is the
-// one migrations/0006 and the Go loop implement. A listening candidate
-// registers for CAND_TTL (TTL + Margin), which the default max_ttl does
-// not cap; hand_off draws token + 1 and takes the candidate's expiry as the
-// first bound; take and campaign confirm only a handed-off unexpired term
-// of the owner and extend it to TTL; the successor leads from the take's
-// send instant.
+// one migrations/0006 and 0010 and the Go loop implement. A listening
+// candidate registers for CAND_TTL (TTL + Margin), which the default
+// max_ttl does not cap; hand_off draws token + 1 and takes the candidate's
+// expiry as the first bound; take finds only a handed-off unexpired term of
+// the owner, answers from a read when it has KEEP (TTL - RenewEvery) left
+// and else extends it to TTL, as campaign does; a renewal confirms it; the
+// successor leads from the take's send instant, its timeline counting from
+// what the term had left, and never leads a token twice.
 func TestHandOffMatchesGo(t *testing.T) {
 	defs := defines(t, "spec.pml")
 	tick := time.Duration(need(t, defs, "TICK_MS")) * time.Millisecond
 	candTTL := time.Duration(need(t, defs, "CAND_TTL")) * tick
+	keep := time.Duration(need(t, defs, "KEEP")) * tick
 
 	synctest.Test(t, func(t *testing.T) {
 		b := &candBackend{Backend: pgleadertest.NewBackend()}
@@ -484,6 +489,9 @@ func TestHandOffMatchesGo(t *testing.T) {
 			Lead: func(ctx context.Context, _ *pgleader.Term) error { <-ctx.Done(); return nil }, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if def := el.Spec(); keep != def.TTL-def.RenewEvery {
+			t.Errorf("spec.pml KEEP = %v; Spec.handOffKeep, TTL - RenewEvery, is %v", keep, def.TTL-def.RenewEvery)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -511,8 +519,9 @@ func TestHandOffMatchesGo(t *testing.T) {
 		{"pgleader.campaign(", "SET renewed_at = t, expires_at = t + p_ttl, handed_off = false"},
 		{"pgleader.campaign(", "IF p_candidate IS NOT NULL AND r.holder IS DISTINCT FROM p_owner THEN"},
 		{"pgleader.campaign(", "VALUES (p_key, p_owner, p_priority, p_value, t, t + least(p_candidate, g.max_ttl))"},
-		{"pgleader.take(", "WHERE l.key = p_key AND l.holder = p_owner AND l.handed_off AND l.expires_at > t"},
-		{"pgleader.take(", "SET renewed_at = t, expires_at = t + p_ttl, handed_off = false"},
+		{"pgleader.take(", "IF r.holder = p_owner AND r.handed_off AND r.expires_at > t AND r.expires_at >= t + p_keep"},
+		{"pgleader.take(", "RETURN QUERY SELECT * FROM pgleader.take(p_key, p_owner, p_ttl);"},
+		{"pgleader.renew_term(", "SET renewed_at = t, expires_at = t + p_ttl, handed_off = false"},
 		{"pgleader.hand_off(", "WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR UPDATE;"},
 		{"pgleader.hand_off(", "WHERE k.key = p_key AND k.owner <> p_owner AND k.expires_at > t"},
 		{"pgleader.hand_off(", "SET holder = c.owner, token = l.token + 1,"},
@@ -535,18 +544,37 @@ func TestHandOffMatchesGo(t *testing.T) {
 			"expires = now + TTL; hoff = false; r[i].cexp = 0;",
 			"ltoken++; holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;",
 			":: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now ->",
-			"takeExec(i); TAKE_LEAD(r[i].lc, ltoken, seqN);",
+			":: expires >= now + KEEP ->\n\t\ttkBound = expires - now;",
+			"expires = now + TTL; r[i].rep = P_OK; HOFF_CLEAR;",
+			"#define TAKE_NEW (ltoken > r[i].last || MUTANT_RELEAD)",
+			"HINT && TAKE_OK && TAKE_NEW -> printf(\"t%d r%d: hint, take\\n\", now, i); takeExec(i); TAKE_LEAD(r[i].lc, ltoken, seqN, tkBound);",
 			"r[i].tkSent = r[i].lc;",
-			"r[i].lc < r[i].tkSent + YIELD_AT -> TAKE_LEAD(r[i].tkSent, r[i].tkTok, r[i].tkSeq)",
+			"r[i].tkTok > r[i].last && r[i].lc < r[i].tkSent + BOUND(r[i].tkB) - TTL + YIELD_AT -> TAKE_LEAD(r[i].tkSent, r[i].tkTok, r[i].tkSeq, r[i].tkB)",
+			"r[i].tb = (TIMELINE_FROM_SEND -> (S) : r[i].lc) + BOUND(B) - TTL;",
+			"r[i].rnext = r[i].tb + RENEW_EVERY;",
+			"r[i].repTok == r[i].last && !MUTANT_RELEAD ->",
+			"r[i].req = R_HOFF; r[i].reqArg = r[i].repTok; dbExec(i);",
 		},
 		// The successor's timeline counts from when the check was sent,
 		// which is bounded by the yield instant.
+		"../pgleader/spec.go": {
+			"func (s Spec) handOffKeep() time.Duration { return s.TTL - s.RenewEvery }",
+			"safeEnd = sent.Add(bound - s.Margin)",
+		},
 		"../pgleader/listen.go": {
 			"sent := time.Now()\n\tcctx, cancel := context.WithDeadline(ctx, sent.Add(w.cand.Budget))\n\tlease, acquired, err := take(",
 			"Acquired: acquired, Lease: lease, Sent: sent, Err: err}",
 		},
 		"../pgleader/elector.go": {
 			"lease, sent, won, announce = took.Lease, took.Sent, true, false",
+			"bound = min(bound, took.Lease.ExpiresAt.Sub(took.Lease.Now))",
+			"if took != nil && took.Lease.Token <= e.lastToken {",
+			"e.lastToken, e.lastStart = lease.Token, lease.AcquiredAt",
+			"case won && lease.Token == e.lastToken && lease.AcquiredAt.Equal(e.lastStart):",
+			"e.release(ctx, e.log.With(\"token\", lease.Token), lease.Token, ReasonFinished)",
+			"safeEnd, cancelAt, yieldAt := e.spec.timelineWithin(sent, bound)",
+			"renewTimer := time.NewTimer(time.Until(sent.Add(e.spec.RenewEvery - (e.spec.TTL - bound))))",
+			"Keep: e.spec.handOffKeep()",
 			"budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant",
 			"if e.handoffer != nil && (reason == ReasonStopped || reason == ReasonResigned || reason == ReasonFinished) {",
 		},

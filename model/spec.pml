@@ -43,3 +43,10 @@
  * Elector.campaign).
  */
 #define CAND_TTL         (TTL + MARGIN)
+
+/*
+ * A handed-off term with at least KEEP left is believed on the check's
+ * read (migrations/0010_confirm.up.sql; Spec.handOffKeep in Go): TTL less
+ * RenewEvery.
+ */
+#define KEEP             (TTL - RENEW_EVERY)

@@ -148,6 +148,10 @@ type Elector struct {
 
 	running   sync.Mutex
 	handedOff bool // the last term handed the lease off; Run's goroutine only
+	// lastToken and lastStart are the token and the database's start
+	// (Lease.AcquiredAt) of the last term led. Run's goroutine only.
+	lastToken int64
+	lastStart time.Time
 	// floor is the last fence floor read, and floorRead whether there is
 	// one; see campaign. Run's goroutine only.
 	floor     int64
@@ -296,7 +300,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		if cw, ok := e.watcher.(CandidateWatcher); ok && e.handoffer != nil {
 			budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant
 			events, unwatch = cw.WatchCandidate(e.spec.Key, CandidateWatch{Owner: e.opts.Owner, TTL: e.spec.TTL,
-				Budget: budget, HeedEvery: e.spec.CampaignEvery})
+				Budget: budget, HeedEvery: e.spec.CampaignEvery, Keep: e.spec.handOffKeep()})
 		} else if e.watcher != nil {
 			events, unwatch = e.watcher.Watch(e.spec.Key)
 		}
@@ -327,9 +331,16 @@ func (e *Elector) Run(ctx context.Context) error {
 		var won bool
 		var err error
 		announce := true
+		bound := e.spec.TTL // what the term had left when sent
+		if took != nil && took.Lease.Token <= e.lastToken {
+			// A check that raced a campaign or an earlier check: the
+			// term it found was led already.
+			took = nil
+		}
 		if took != nil {
 			// The hand-off's hint has told the watchers already.
 			lease, sent, won, announce = took.Lease, took.Sent, true, false
+			bound = min(bound, took.Lease.ExpiresAt.Sub(took.Lease.Now))
 			took = nil
 			registered = false
 		} else {
@@ -350,9 +361,22 @@ func (e *Elector) Run(ctx context.Context) error {
 			if !wait.Sleep(ctx, retry) {
 				return nil
 			}
+		case won && lease.Token == e.lastToken && lease.AcquiredAt.Equal(e.lastStart):
+			// The term this elector led last, still in the row as handed
+			// to it (a term believed on a read is confirmed only by its
+			// first renewal): the release or hand-off that ended it did
+			// not take effect, and the campaign confirmed it. It has
+			// ended; end it in the database too rather than lead its
+			// token twice.
+			failures = 0
+			e.release(ctx, e.log.With("token", lease.Token), lease.Token, ReasonFinished)
+			if !e.handedOff && !wait.Sleep(ctx, e.spec.CampaignEvery) {
+				return nil
+			}
 		case won:
 			failures = 0
-			if e.leadUnwatched(ctx, lease.Token, sent, announce, unwatch) {
+			e.lastToken, e.lastStart = lease.Token, lease.AcquiredAt
+			if e.leadUnwatched(ctx, lease.Token, sent, bound, announce, unwatch) {
 				unwatch = func() {}
 				if ctx.Err() == nil {
 					watch()
@@ -391,7 +415,7 @@ func (e *Elector) Run(ctx context.Context) error {
 // RenewEvery: by then it is settled, and the LISTEN connection's shutdown
 // no longer competes with its first writes for the CPU. A short term keeps
 // watching. It reports whether it called unwatch.
-func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time, announce bool, unwatch func()) bool {
+func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time, bound time.Duration, announce bool, unwatch func()) bool {
 	done, closed := make(chan struct{}), make(chan struct{})
 	unwatched := false
 	go func() {
@@ -405,7 +429,7 @@ func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time
 		case <-done:
 		}
 	}()
-	e.lead(ctx, token, sent, announce)
+	e.lead(ctx, token, sent, bound, announce)
 	close(done)
 	<-closed
 	return unwatched
@@ -604,14 +628,16 @@ type renewResult struct {
 }
 
 // lead runs one term from acquisition to release, and returns why it
-// ended and what the body returned. With announce it announces the term
-// (see [Announcer]); a term handed to this replica was announced by the
-// hand-off's hint already.
-func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, announce bool) (EndReason, error) {
+// ended and what the body returned. The term had bound left when the
+// statement that proved it was sent: TTL, or less for a handed-off term
+// believed on a read, whose first renewal then comes as much sooner. With
+// announce it announces the term (see [Announcer]); a term handed to this
+// replica was announced by the hand-off's hint already.
+func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound time.Duration, announce bool) (EndReason, error) {
 	t := newTerm(e.spec.Key, e.opts.Owner, token, sent)
 	defer close(t.over)
 	log := e.log.With("token", token)
-	safeEnd, cancelAt, yieldAt := e.spec.timeline(sent)
+	safeEnd, cancelAt, yieldAt := e.spec.timelineWithin(sent, bound)
 	t.setTimeline(safeEnd, yieldAt)
 
 	e.mu.Lock()
@@ -666,7 +692,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, announc
 		bodyDone <- err
 	}()
 
-	renewTimer := time.NewTimer(time.Until(sent.Add(e.spec.RenewEvery)))
+	renewTimer := time.NewTimer(time.Until(sent.Add(e.spec.RenewEvery - (e.spec.TTL - bound))))
 	defer renewTimer.Stop()
 	yieldTimer := time.NewTimer(time.Until(yieldAt))
 	defer yieldTimer.Stop()

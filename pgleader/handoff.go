@@ -55,11 +55,15 @@ func checkCandidate(key string, c Candidate, ttl time.Duration, floor int64) err
 	return nil
 }
 
-// take confirms a term handed to owner (pgleader.take), on db.
-func take(ctx context.Context, db DB, key, owner string, ttl time.Duration) (Lease, bool, error) {
-	l, acquired, err := scanLease(key, db.QueryRow(ctx,
-		`SELECT acquired, holder, token, expires_at, db_now, value, acquired_at FROM pgleader.take($1, $2, $3)`, exec,
-		key, owner, interval(ttl)))
+// take checks for a term handed to owner (pgleader.take), on db: one with
+// keep left is believed on a read; any other is confirmed by a write, as
+// every one is when keep is 0.
+func take(ctx context.Context, db DB, key, owner string, ttl, keep time.Duration) (Lease, bool, error) {
+	sql, args := `SELECT acquired, holder, token, expires_at, db_now, value, acquired_at FROM pgleader.take($1, $2, $3)`, []any{key, owner, interval(ttl)}
+	if keep > 0 {
+		sql, args = `SELECT acquired, holder, token, expires_at, db_now, value, acquired_at FROM pgleader.take($1, $2, $3, $4)`, append(args, interval(keep))
+	}
+	l, acquired, err := scanLease(key, db.QueryRow(ctx, sql, append([]any{exec}, args...)...))
 	if err != nil {
 		return Lease{}, false, sqlError("take", err)
 	}
@@ -257,7 +261,8 @@ func (p *Postgres) prepareHandOff(ctx context.Context, _, _ string) error {
 
 // rehearse runs a whole hand-off in a transaction that it rolls back: a key
 // made up for the purpose is won by one made-up owner, which hands it to
-// another, registered as a candidate, which takes it. Nothing commits and
+// another, registered as a candidate, which checks it (a read), takes it
+// (a write) and renews it. Nothing commits and
 // nothing is notified, but the session has then loaded every function,
 // plan, table and trigger that a real campaign, hand_off and take use. A
 // session's first real hand_off otherwise pays for that on the hand-off's
@@ -272,7 +277,9 @@ func rehearse(ctx context.Context, pg *pgconn.PgConn) error {
 SELECT acquired FROM pgleader.campaign('%[1]s', '%[2]s.a', '1 minute', 0, NULL, 0, NULL);
 SELECT acquired FROM pgleader.campaign('%[1]s', '%[2]s.b', '1 minute', 0, NULL, 0, '1 minute');
 SELECT released FROM pgleader.hand_off('%[1]s', '%[2]s.a', (SELECT token FROM pgleader.lease WHERE key = '%[1]s'));
+SELECT acquired FROM pgleader.take('%[1]s', '%[2]s.b', '1 minute', '1 second');
 SELECT acquired FROM pgleader.take('%[1]s', '%[2]s.b', '1 minute');
+SELECT resign FROM pgleader.renew_term('%[1]s', '%[2]s.b', (SELECT token FROM pgleader.lease WHERE key = '%[1]s'), '1 minute', NULL);
 ROLLBACK`, key, rehearsalOwner)
 	_, err := pg.Exec(ctx, sql).ReadAll()
 	if s := pg.TxStatus(); s == 'T' || s == 'E' {

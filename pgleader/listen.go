@@ -287,7 +287,7 @@ func (l *listener) session(ctx context.Context) error {
 func (l *listener) check(ctx context.Context, conn *pgx.Conn, w *watch, hint bool) error {
 	sent := time.Now()
 	cctx, cancel := context.WithDeadline(ctx, sent.Add(w.cand.Budget))
-	lease, acquired, err := take(cctx, conn, w.key, w.cand.Owner, w.cand.TTL)
+	lease, acquired, err := take(cctx, conn, w.key, w.cand.Owner, w.cand.TTL, w.cand.Keep)
 	cancel()
 	ev := Event{Kind: EventHandedOff, Key: w.key, Owner: w.cand.Owner, Checked: true,
 		Acquired: acquired, Lease: lease, Sent: sent, Err: err}

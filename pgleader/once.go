@@ -50,7 +50,7 @@ func (e *Elector) RunOnce(ctx context.Context) error {
 	case !won:
 		return fmt.Errorf("%w: by %q with token %d, for %v more", ErrHeld, lease.Holder, lease.Token, lease.Remaining())
 	}
-	reason, bodyErr := e.lead(ctx, lease.Token, sent, true)
+	reason, bodyErr := e.lead(ctx, lease.Token, sent, e.spec.TTL, true)
 	switch reason {
 	case ReasonFinished:
 		return bodyErr

@@ -141,8 +141,23 @@ func (s Spec) resolve() (Spec, error) {
 // whose last successful acquire or renew was sent at sent (see Spec); the
 // one rule every Elector and Set applies.
 func (s Spec) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
-	safeEnd = sent.Add(s.TTL - s.Margin)
+	return s.timelineWithin(sent, s.TTL)
+}
+
+// timelineWithin is timeline for a term that had bound left when the
+// statement that proved it was sent, rather than TTL: a handed-off term
+// believed on a read has what the hand-off gave it.
+func (s Spec) timelineWithin(sent time.Time, bound time.Duration) (safeEnd, cancelAt, yieldAt time.Time) {
+	safeEnd = sent.Add(bound - s.Margin)
 	cancelAt = safeEnd.Add(-s.ReleaseTimeout)
 	yieldAt = cancelAt.Add(-s.YieldGrace)
 	return safeEnd, cancelAt, yieldAt
 }
+
+// handOffKeep is how long a handed-off term must have left for its
+// successor to believe it on a read: TTL less RenewEvery, what any term has
+// left when its renewal is due, so the first renewal of a term believed on
+// a read has as long to succeed as every later one. Validate makes it
+// longer than Margin + ReleaseTimeout + YieldGrace: such a term never
+// starts past its yield instant.
+func (s Spec) handOffKeep() time.Duration { return s.TTL - s.RenewEvery }

@@ -61,8 +61,11 @@ type Event struct {
 	// Checked is set on a hand-off event that the watcher already checked
 	// with the database for the candidate it names (see [Postgres]): Lease
 	// and Acquired are the database's answer to a statement sent at Sent,
-	// or Err why there is none. Acquired means the candidate's term is
-	// confirmed, as by Handoffer.Campaign.
+	// or Err why there is none. Acquired means the term was handed to the
+	// candidate and is live: Lease.ExpiresAt less Lease.Now is how long it
+	// had left when the database looked, at least CandidateWatch.Keep (a
+	// term with less left was confirmed, as by Handoffer.Campaign, and has
+	// the TTL).
 	Checked  bool
 	Acquired bool
 	Lease    Lease
@@ -101,6 +104,12 @@ type CandidateWatch struct {
 	// HeedEvery spaces the checks after one proved false, so that a flood
 	// of forged hints costs at most one statement per HeedEvery.
 	HeedEvery time.Duration
+	// Keep is how long a handed-off term must have left to be believed on
+	// a read alone: its first bound is then the hand-off's (the candidate's
+	// expiry), and the holder's first renewal confirms it. A term with less
+	// left, or every term when Keep is 0, is confirmed by a write that
+	// extends it to TTL.
+	Keep time.Duration
 }
 
 // CandidateWatcher is implemented by Watchers that check a hand-off hint
