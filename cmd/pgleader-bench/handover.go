@@ -34,17 +34,44 @@ func drainTimes(ch chan time.Time) {
 }
 
 // mode is how a handover goes: by hand-off to a registered candidate, by
-// release and a NOTIFY-woken acquire, or by release and polling.
+// release and a NOTIFY-woken acquire, or by release and polling. An aged
+// hand-off stops the leader only once the candidate's registration has less
+// than TTL - RenewEvery left, so that its check confirms the term by a
+// write rather than believe it on a read.
 type mode struct {
 	name            string
 	notify, handOff bool
 	key             string
+	aged            bool
 }
 
 var modes = []mode{
-	{"hand-off (LISTEN/NOTIFY, candidate rows)", true, true, "handover-handoff"},
-	{"release, then acquire (LISTEN/NOTIFY, NoHandOff)", true, false, "handover-notify"},
-	{"polling every CampaignEvery (PollOnly)", false, false, "handover-poll"},
+	{"hand-off (LISTEN/NOTIFY, candidate rows)", true, true, "handover-handoff", false},
+	{"release, then acquire (LISTEN/NOTIFY, NoHandOff)", true, false, "handover-notify", false},
+	{"polling every CampaignEvery (PollOnly)", false, false, "handover-poll", false},
+	{"hand-off, candidate registered over RenewEvery + Margin before (take writes)", true, true, "handover-aged", true},
+}
+
+// agedLeft is what an aged hand-off's candidate registration has left at
+// most when the leader stops: less than the Elector's TTL - RenewEvery.
+const agedLeft = 3800 * time.Millisecond
+
+// aged waits until cand's registration for key has less than agedLeft left.
+func (b *bench) aged(ctx context.Context, key, owner string) error {
+	for {
+		var left time.Duration
+		err := b.admin.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM max(expires_at) - clock_timestamp()), 0) * 1e9
+			FROM pgleader.candidate WHERE key = $1 AND owner = $2`, key, owner).Scan(&left)
+		if err != nil {
+			return err
+		}
+		if left > 0 && left < agedLeft {
+			return nil
+		}
+		if !wait.Sleep(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 }
 
 // pair starts two replicas of key: x leads (and has written), y waits.
@@ -128,6 +155,11 @@ func (b *bench) handover(ctx context.Context, m mode, n int) (toKnow, toWrite []
 		if !wait.Sleep(ctx, time.Duration(rand.Int64N(int64(recipe("").CampaignEvery)))) {
 			return nil, nil, st, ctx.Err()
 		}
+		if m.aged {
+			if err := b.aged(ctx, m.key, cand.owner); err != nil {
+				return nil, nil, st, err
+			}
+		}
 		start := time.Now()
 		leader.cancel()
 		var at [5]time.Time
@@ -167,15 +199,23 @@ func (b *bench) handoverTable(ctx context.Context, rtt, idleRTT time.Duration) e
 	var handA, handB []time.Duration
 	stepsOf := map[string]steps{}
 	for _, m := range modes {
-		a, w, st, err := b.handover(ctx, m, *handovers)
+		n := *handovers
+		if m.aged {
+			n = *agedHandovers
+		}
+		a, w, st, err := b.handover(ctx, m, n)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
-		if m.handOff {
+		if m.handOff && !m.aged {
 			handA, handB = a, w
 		}
 		stepsOf[m.name] = st
-		fmt.Printf("| %s | %s | %s |\n", m.name, summary(a), summary(w))
+		name := m.name
+		if m.aged {
+			name = fmt.Sprintf("%s, %d handovers", m.name, n)
+		}
+		fmt.Printf("| %s | %s | %s |\n", name, summary(a), summary(w))
 	}
 	// Hand-off: hand_off; the successor's take; then claim and the first
 	// write, each on the pool (which pings a connection idle over 1 s).
@@ -185,7 +225,10 @@ func (b *bench) handoverTable(ctx context.Context, rtt, idleRTT time.Duration) e
 	fmt.Println()
 	fmt.Println("| mode | stop → leader sends release or hand_off | its round trip | → successor sends the statement that proves its term | that statement's round trip |")
 	fmt.Println("|---|---|---|---|---|")
-	for _, m := range modes[:2] {
+	for _, m := range modes {
+		if !m.notify {
+			continue
+		}
 		st := stepsOf[m.name]
 		fmt.Printf("| %s | %s | %s | %s | %s |\n", m.name, summary(st.stop), summary(st.release), summary(st.wake), summary(st.prove))
 	}

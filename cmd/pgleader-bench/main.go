@@ -30,15 +30,16 @@ import (
 )
 
 var (
-	handovers = flag.Int("handovers", 50, "graceful handovers per mode")
-	failovers = flag.Int("failovers", 10, "crash failovers (each takes about one TTL)")
-	loadFor   = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
-	fenceFor  = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
-	rounds    = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
-	only      = flag.String("only", "", "comma-separated subset: handover,failover,load,fence,sets")
-	setBig    = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
-	setShared = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
-	setFor    = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
+	handovers     = flag.Int("handovers", 50, "graceful handovers per mode")
+	agedHandovers = flag.Int("aged-handovers", 20, "graceful hand-offs to a candidate whose registration is older than RenewEvery + Margin")
+	failovers     = flag.Int("failovers", 10, "crash failovers (each takes about one TTL)")
+	loadFor       = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
+	fenceFor      = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
+	rounds        = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
+	only          = flag.String("only", "", "comma-separated subset: handover,failover,load,fence,sets")
+	setBig        = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
+	setShared     = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
+	setFor        = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
 )
 
 // quiet discards the electors' logs; the bench prints its own table.
