@@ -157,7 +157,7 @@ func (s Spec) timelineWithin(sent time.Time, bound time.Duration) (safeEnd, canc
 // handOffKeep is how long a handed-off term must have left for its
 // successor to believe it on a read: TTL less RenewEvery, what any term has
 // left when its renewal is due, so the first renewal of a term believed on
-// a read has as long to succeed as every later one. Validate makes it
-// longer than Margin + ReleaseTimeout + YieldGrace: such a term never
-// starts past its yield instant.
+// a read has as long to succeed as every later one. New refuses a Spec in
+// which it is not longer than Margin + ReleaseTimeout + YieldGrace, so such
+// a term never starts past its yield instant.
 func (s Spec) handOffKeep() time.Duration { return s.TTL - s.RenewEvery }
