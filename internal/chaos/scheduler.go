@@ -104,8 +104,8 @@ func (s *Scheduler) pick() string {
 }
 
 // Run injects faults for d, in phases: faults for a while, then every fault
-// healed and a quiet spell until a leader writes again (or the recovery
-// bound has passed), then the next phase. It heals everything before it
+// healed and a quiet spell until every key's leader writes again (or the
+// recovery bound has passed), then the next phase. It heals everything before it
 // returns.
 func (s *Scheduler) Run(ctx context.Context, d time.Duration) error {
 	end := time.Now().Add(d)
@@ -124,13 +124,15 @@ func (s *Scheduler) Run(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// awaitRecovery waits until a unit is accepted after heal, or the recovery
-// bound and a second have passed, and then a little more: a quiet spell.
+// awaitRecovery waits until a unit of every key is accepted after heal, or
+// the recovery bound and a second have passed, and then a little more: a
+// quiet spell. (Waiting for the first key alone ended a set's run before
+// its slowest key, still within the bound, had written.)
 func (s *Scheduler) awaitRecovery(ctx context.Context, heal time.Time) {
 	spec := s.h.Spec()
 	deadline := time.Now().Add(spec.TTL + spec.CampaignEvery + time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if last, err := s.h.LastWrite(ctx); err == nil && last.After(heal) {
+		if all, err := s.h.WroteSince(ctx, heal); all && err == nil {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
