@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -408,6 +409,76 @@ func TestSetColdStart(t *testing.T) {
 		}
 		assertNoOverlap(t, b)
 	})
+}
+
+// TestSetColdStartConverges: a member whose campaigns reach the database
+// 1.2 s late starts two keys below the others (34, 34, 32 of 100). Both
+// others step down from one key toward it at their next tick, and must
+// leave those keys to it: they do not campaign until the keys are free and
+// it has had its turn. Before shed held their campaigns, they won the keys
+// back within half a second at most ticks; this test failed every time
+// (the rule) and, in 3 runs of 20, the set had not settled after 2 TTL.
+func TestSetColdStartConverges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		keys := keyNames("k", 100)
+		var sets []*runningSet
+		for i := range 3 {
+			var sb pgleader.SetBackend = b
+			if i == 0 {
+				sb = &slowCampaigns{SetBackend: b, delay: 1200 * time.Millisecond}
+			}
+			sets = append(sets, startSet(t, sb, setSpec("s"), keys, pgleader.SetOptions{Owner: fmt.Sprintf("r%d", i), Lead: quickBody}))
+		}
+		time.Sleep(1900 * time.Millisecond)
+		synctest.Wait()
+		if got := held(sets...); got[0] != 32 {
+			t.Errorf("held %v after the first campaigns; want the slow member r0 at 32", got)
+		}
+		time.Sleep(10100 * time.Millisecond)
+		synctest.Wait()
+		got := held(sets...)
+		if got[0]+got[1]+got[2] != 100 || slices.Min(got) < 33 || slices.Max(got) > 34 {
+			t.Errorf("held %v after 2 TTL; want each 33 or 34, 100 in all", got)
+		}
+		// A member that stepped down did not campaign until the keys were
+		// free and the others had campaigned: YieldGrace + ReleaseTimeout
+		// + CampaignEvery (2s with these settings).
+		var sheds []pgleadertest.Event
+		for _, e := range b.History() {
+			if e.Op == pgleadertest.OpRelease && e.OK && e.Owner != "r0" {
+				sheds = append(sheds, e)
+			}
+		}
+		if len(sheds) == 0 {
+			t.Error("no member stepped down toward the slow one")
+		}
+		for _, e := range b.History() {
+			if e.Op != pgleadertest.OpAcquireSet {
+				continue
+			}
+			for _, sh := range sheds {
+				if e.Owner == sh.Owner && e.At.After(sh.At) && e.At.Before(sh.At.Add(1500*time.Millisecond)) {
+					t.Errorf("%s campaigned at %v, %v after releasing %s", e.Owner, e.At, e.At.Sub(sh.At), sh.Key)
+				}
+			}
+		}
+		for _, s := range sets {
+			s.stop(t)
+		}
+		assertNoOverlap(t, b)
+	})
+}
+
+// slowCampaigns delays each campaign on its way to the database.
+type slowCampaigns struct {
+	pgleader.SetBackend
+	delay time.Duration
+}
+
+func (s *slowCampaigns) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) ([]pgleader.Lease, int, error) {
+	time.Sleep(s.delay)
+	return s.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra)
 }
 
 // assertNoOverlap checks the backend's history: no key was acquired while
