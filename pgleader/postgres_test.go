@@ -1,9 +1,11 @@
 package pgleader_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -126,7 +128,8 @@ func TestAdvanceAfterLostLeaseData(t *testing.T) {
 
 // TestAcquireRace has 16 candidates on their own connections compete for one
 // key, round after round; between rounds the winner releases or its lease
-// expires. Every round must have exactly one winner, with a new token. The
+// expires. Every round must have exactly one winner at a time, and tokens
+// must be dense: the next token for each winner, none repeated. The
 // suite's race (backendtest, subtest AcquireRace) shares one pool; this one
 // gives every candidate a session of its own, so the row lock decides.
 func TestAcquireRace(t *testing.T) {
@@ -186,28 +189,40 @@ func TestAcquireRace(t *testing.T) {
 				winners = append(winners, r)
 			}
 		}
-		if len(winners) != 1 {
+		// One winner, except that in a round of 300 ms leases spread over
+		// more than 300 ms (a busy machine) a later candidate rightly wins
+		// once the lease before it expired: then each winner's term starts
+		// no earlier than the previous one's expiry, with the next token.
+		slices.SortFunc(winners, func(a, b result) int { return cmp.Compare(a.lease.Token, b.lease.Token) })
+		if len(winners) == 0 || (len(winners) > 1 && !byExpiry) {
 			t.Fatalf("round %d: %d winners, want exactly 1: %+v", round, len(winners), winners)
 		}
-		w := winners[0]
-		if seen[w.lease.Token] || w.lease.Token <= last {
-			t.Fatalf("round %d: token %d repeats or does not increase (last %d)", round, w.lease.Token, last)
+		for i, w := range winners {
+			if seen[w.lease.Token] || w.lease.Token != last+1 {
+				t.Fatalf("round %d: token %d repeats or skips (last %d)", round, w.lease.Token, last)
+			}
+			if i > 0 && w.lease.AcquiredAt.Before(winners[i-1].lease.ExpiresAt) {
+				t.Fatalf("round %d: %s won at %v, before %s's lease expired at %v",
+					round, w.owner, w.lease.AcquiredAt, winners[i-1].owner, winners[i-1].lease.ExpiresAt)
+			}
+			seen[w.lease.Token], last = true, w.lease.Token
 		}
-		seen[w.lease.Token], last = true, w.lease.Token
+		won := map[int64]string{}
+		for _, w := range winners {
+			won[w.lease.Token] = w.owner
+		}
 		for _, r := range results {
-			if !r.won && (r.lease.Holder != w.owner || r.lease.Token != w.lease.Token) {
-				t.Fatalf("round %d: loser saw holder %s/%d, winner is %s/%d",
-					round, r.lease.Holder, r.lease.Token, w.owner, w.lease.Token)
+			if !r.won && won[r.lease.Token] != r.lease.Holder {
+				t.Fatalf("round %d: loser saw holder %s/%d, not a winner of this round: %+v",
+					round, r.lease.Holder, r.lease.Token, winners)
 			}
 		}
+		w := winners[len(winners)-1]
 		if byExpiry {
 			waitFree(t, backends[0], "k")
 		} else {
 			mustRelease(t, backends[0], "k", w.owner, w.lease.Token)
 		}
-	}
-	if last != rounds {
-		t.Fatalf("after %d rounds the token is %d: tokens were skipped", rounds, last)
 	}
 }
 

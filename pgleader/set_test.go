@@ -94,14 +94,19 @@ func TestSetPostgresPartialRenewal(t *testing.T) {
 	t.Parallel()
 	b, db := newBackend(t)
 	var rec setRecorder
-	r := startSet(t, b, fastSpec("partial"), keyNames("q", 5), pgleader.SetOptions{Owner: "a", Lead: rec.lead})
-	waitHeld(t, 2*time.Second, []*runningSet{r}, 5)
+	// TTL 3s, not fastSpec's 1s: every other key's term must stay live, so
+	// a renewal tick may be late by up to a second on a busy machine
+	// (with 1s, a third of a second ended them as expiring beside a
+	// second make test).
+	spec := pgleader.Spec{Key: "partial", TTL: 3 * time.Second}
+	r := startSet(t, b, spec, keyNames("q", 5), pgleader.SetOptions{Owner: "a", Lead: rec.lead})
+	waitHeld(t, 3*time.Second, []*runningSet{r}, 5)
 	if _, err := db.Pool.Exec(context.Background(),
 		`UPDATE pgleader.lease SET holder = 'intruder', token = token + 1 WHERE key = 'q-001'`); err != nil {
 		t.Fatal(err)
 	}
-	waitHeld(t, time.Second, []*runningSet{r}, 4)
-	time.Sleep(time.Second) // three more ticks
+	waitHeld(t, 3*time.Second, []*runningSet{r}, 4)
+	time.Sleep(3 * time.Second) // three more ticks
 	for _, term := range rec.all() {
 		want := pgleader.ReasonNone
 		switch {

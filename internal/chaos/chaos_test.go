@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -35,6 +36,11 @@ func shortRun(t *testing.T, cfg chaos.Config) *chaos.Outcome {
 	out.Report.Summary(&b)
 	t.Logf("seed %d\n%s\n%s", cfg.Seed, log.String(), b.String())
 	if !out.Report.OK() {
+		if path, err := keepHistory(t, out); err != nil {
+			t.Logf("the history could not be kept: %v", err)
+		} else {
+			t.Logf("history (JSON lines) kept in %s, and the tables the checker read in %s.tables.json", path, path)
+		}
 		t.Fatalf("seed %d broke a property: %v", cfg.Seed, out.Report.Violations)
 	}
 	if out.Report.Writes == 0 || out.Report.Terms < 2 || len(out.Report.Recoveries) == 0 {
@@ -128,4 +134,29 @@ func TestChaosFailover(t *testing.T) {
 	if len(out.Report.Failovers) == 0 {
 		t.Fatalf("seed 3: no failover happened: %+v", out.Report)
 	}
+}
+
+// keepHistory writes a failed run's history and tables to a file of the
+// system's temporary directory that outlives the test, to find out why.
+func keepHistory(t *testing.T, out *chaos.Outcome) (string, error) {
+	f, err := os.CreateTemp("", "pgleader-"+t.Name()+"-*.jsonl")
+	if err != nil {
+		return "", err
+	}
+	h := &chaos.History{}
+	for _, e := range out.Events {
+		h.Record(e)
+	}
+	if err := h.WriteJSON(f); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(out.Tables)
+	if err != nil {
+		return "", err
+	}
+	return f.Name(), os.WriteFile(f.Name()+".tables.json", b, 0o644)
 }
