@@ -267,7 +267,8 @@ var ErrRunning = errors.New("pgleader: Run called while the elector is already r
 // cancelled, a live term ends as stopped: the body is told at once,
 // cancelled YieldGrace later, and the lease is released within
 // ReleaseTimeout after the body returns (a body that returns only once
-// cancelled is released ReleaseTimeout after the cancellation, since a
+// cancelled is released ReleaseTimeout after the cancellation, and one
+// that returns an error ReleaseTimeout after it returned, since a
 // statement it had sent may not have run yet). Run then returns nil, with
 // no goroutine of its own left running (a [Postgres] backend closes its
 // connections 100 ms later).
@@ -681,6 +682,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 
 	bodyCtx, cancelCtx := context.WithCancel(context.WithoutCancel(ctx))
 	var cancelledAt time.Time // when the body's context was first cancelled
+	var returnedAt time.Time  // when the body returned
 	cancelBody := func() {
 		if cancelledAt.IsZero() {
 			cancelledAt = time.Now()
@@ -808,6 +810,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 
 		case bodyErr = <-bodyDone:
 			bodyDone = nil
+			returnedAt = time.Now()
 			cancelBody()
 			cancelRenew() // nothing to keep: the lease is released or lost next
 			reason := ReasonFinished
@@ -819,8 +822,12 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 			release = t.Reason() != ReasonLost
 		}
 	}
-	if release && cancelled {
-		e.holdAfterCancel(log, cancelledAt)
+	switch {
+	case !release:
+	case cancelled:
+		e.holdRelease(log, cancelledAt, releaseHeld)
+	case bodyErr != nil && !errors.Is(bodyErr, errRefused):
+		e.holdRelease(log, returnedAt, releaseHeldAfterError)
 	}
 
 	if bodyErr != nil && !errors.Is(bodyErr, errRefused) {
@@ -833,34 +840,42 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 	return t.Reason(), bodyErr
 }
 
-// holdAfterCancel waits, before a release, as long as Spec.releaseHold says.
-func (e *Elector) holdAfterCancel(log *slog.Logger, cancelledAt time.Time) {
-	d := e.spec.releaseHold(cancelledAt)
+// holdRelease waits, before a release, as long as Spec.releaseHold says
+// for a body cancelled, or failed, at from; msg says which.
+func (e *Elector) holdRelease(log *slog.Logger, from time.Time, msg string) {
+	d := e.spec.releaseHold(from)
 	if d <= 0 {
 		return
 	}
-	log.Info(releaseHeld, "release_in", d)
+	log.Info(msg, "release_in", d)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	<-t.C
 }
 
-// releaseHold is how long the release of a term whose body returned only
-// once its context was cancelled, at cancelledAt, must still wait: until
-// ReleaseTimeout after the cancellation. Such a body may have sent a
-// statement just before that has not run yet (pgx returns at once on
-// cancellation); released at once, the lease could pass to a successor
-// before that statement commits. A term that expires gives such a
-// statement ReleaseTimeout and Margin, from C to the expiry; this gives it
-// ReleaseTimeout, and the lease is still held until then: the cancellation
-// came at C or sooner, and S = C + ReleaseTimeout is Margin before the
-// expiry. Elector and Set both apply it.
-func (s Spec) releaseHold(cancelledAt time.Time) time.Duration {
-	return time.Until(cancelledAt.Add(s.ReleaseTimeout))
+// releaseHold is how long the release of a term must still wait when its
+// body returned only once its context was cancelled, at from, or returned
+// an error (other than a refusal by the fence) at from: until
+// ReleaseTimeout after that. Such a body may have sent a statement that
+// has not run yet: pgx returns at once on cancellation, and a statement
+// whose connection broke under it (a proxy or a network cutting it) still
+// runs and commits on the server. Released at once, the lease could pass
+// to a successor before that statement commits. A term that expires gives
+// such a statement ReleaseTimeout and Margin, from C to the expiry; this
+// gives it ReleaseTimeout, and the lease is still held until then: a body
+// not cancelled returned before C, a cancellation came at C or sooner, and
+// S = C + ReleaseTimeout is Margin before the expiry. Elector and Set both
+// apply it.
+func (s Spec) releaseHold(from time.Time) time.Duration {
+	return time.Until(from.Add(s.ReleaseTimeout))
 }
 
-// releaseHeld is the log message of a release held by releaseHold.
-const releaseHeld = "the body returned only after its context was cancelled; releasing ReleaseTimeout after that, so a statement it had sent commits while the lease is held"
+// releaseHeld and releaseHeldAfterError are the log messages of a release
+// held by releaseHold.
+const (
+	releaseHeld           = "the body returned only after its context was cancelled; releasing ReleaseTimeout after that, so a statement it had sent commits while the lease is held"
+	releaseHeldAfterError = "the body returned an error; releasing ReleaseTimeout after that, so a statement it had sent, whose outcome it may not know, commits while the lease is held"
+)
 
 // ended records that t is over.
 func (e *Elector) ended(t *Term, bodyErr error) {

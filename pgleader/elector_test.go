@@ -526,15 +526,20 @@ func TestBodyPanicEndsTheTerm(t *testing.T) {
 			<-ctx.Done()
 			return nil
 		}
+		t0 := time.Now()
 		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: lead})
-		time.Sleep(time.Second)
+		time.Sleep(2 * time.Second)
 		st := r.el.Status()
 		if st.Terms != 2 || st.LastError == nil || !st.Leading {
 			t.Errorf("status = %+v; want a second term after the panic, with the panic as last error", st)
 		}
-		if rel := releases(b); len(rel) != 1 || !rel[0].OK {
-			t.Errorf("releases = %+v; want the panicked term released", rel)
+		rel := releases(b)
+		if len(rel) != 1 || !rel[0].OK {
+			t.Fatalf("releases = %+v; want the panicked term released", rel)
 		}
+		// A body that failed may have left a statement on its way: the
+		// release waits ReleaseTimeout after the panic.
+		at(t, "released", rel[0].At, t0, 500*time.Millisecond)
 		r.stop(t)
 	})
 }

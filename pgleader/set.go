@@ -296,8 +296,9 @@ type bodyDone struct {
 	key       string
 	st        *setTerm
 	err       error
-	cancelled bool // the body's context was cancelled before it returned
-	held      bool // sent again once the hold after a cancellation is over
+	cancelled bool      // the body's context was cancelled before it returned
+	returned  time.Time // when it returned
+	held      bool      // sent again once the hold after a cancellation or an error is over
 }
 
 type renewDone struct {
@@ -886,7 +887,7 @@ func (r *setRun) start(l Lease, b *batch, late bool) {
 			log.Debug("leading")
 			s.observe(Observation{Kind: ObserveTermStarted, Key: t.key, Token: t.token})
 		})
-		r.bodies <- bodyDone{key: l.Key, st: st, err: err, cancelled: ctx.Err() != nil}
+		r.bodies <- bodyDone{key: l.Key, st: st, err: err, cancelled: ctx.Err() != nil, returned: time.Now()}
 	}()
 }
 
@@ -923,11 +924,18 @@ func (r *setRun) bodyReturned(d bodyDone) {
 		r.forget(st)
 		return
 	}
+	var from time.Time
+	msg := releaseHeld
 	if at := st.cancelledAt.Load(); d.cancelled && at != nil {
+		from = *at
+	} else if d.err != nil && reason != ReasonRefused {
+		from, msg = d.returned, releaseHeldAfterError
+	}
+	if !from.IsZero() {
 		// See Spec.releaseHold: the term stays (ending, not renewed)
 		// until then.
-		if wait := s.spec.releaseHold(*at); wait > 0 {
-			s.log.Info(releaseHeld, "key", d.key, "token", st.t.token, "release_in", wait)
+		if wait := s.spec.releaseHold(from); wait > 0 {
+			s.log.Info(msg, "key", d.key, "token", st.t.token, "release_in", wait)
 			d.held = true
 			time.AfterFunc(wait, func() { r.bodies <- d }) // the loop runs while st is in r.terms
 			return

@@ -589,6 +589,44 @@ func TestSetHoldsLeaseAfterCancelledBody(t *testing.T) {
 	})
 }
 
+// TestSetHoldsLeaseAfterBodyError: a body that returns an error may have
+// sent a statement whose outcome it does not know (its connection broke
+// under it, and the server still commits it); its key is released
+// ReleaseTimeout after it returned, not at once. The chaos suite found a
+// unit committed 9 ms after such a release.
+func TestSetHoldsLeaseAfterBodyError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		var failedAt atomic.Pointer[time.Time]
+		lead := func(ctx context.Context, term *pgleader.Term) error {
+			if term.Key() == "k-000" && term.Token() == 1 {
+				time.Sleep(time.Second)
+				now := time.Now()
+				failedAt.Store(&now)
+				return errors.New("write: connection reset by peer")
+			}
+			<-term.Ending()
+			return nil
+		}
+		r := startSet(t, b, setSpec("s"), keyNames("k", 2), pgleader.SetOptions{Owner: "a", Lead: lead})
+		for failedAt.Load() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		failed := *failedAt.Load()
+		for {
+			if l, _ := b.Lease(context.Background(), "k-000"); !l.Held() {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// ReleaseTimeout (500ms), in a batch that waits 5 ms for company.
+		if d := time.Since(failed); d < 500*time.Millisecond || d > 510*time.Millisecond {
+			t.Errorf("k-000, whose body returned an error, freed %v after that; want ReleaseTimeout (500ms)", d)
+		}
+		r.stop(t)
+	})
+}
+
 // TestSetHeldTermFoundLost: a term held after its cancelled body returned
 // (see TestSetHoldsLeaseAfterCancelledBody) that a renewal sent before it
 // ended then finds lost is forgotten once; the end of the hold neither ends
