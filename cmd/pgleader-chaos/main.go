@@ -22,7 +22,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -167,7 +166,7 @@ func run(ctx context.Context) (int, error) {
 	fmt.Printf("seed: %d\n", out.Seed)
 	out.Report.Summary(os.Stdout)
 	if *history != "" {
-		if err := writeHistory(*history, out); err != nil {
+		if err := out.WriteHistory(*history); err != nil {
 			return 2, err
 		}
 		fmt.Printf("history: %s\n", *history)
@@ -226,28 +225,4 @@ func ints(list string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-func writeHistory(path string, out *chaos.Outcome) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	h := &chaos.History{}
-	for _, e := range out.Events {
-		h.Record(e)
-	}
-	if err := h.WriteJSON(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	// The tables the checker read, beside it, to investigate a violation.
-	b, err := json.Marshal(out.Tables)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path+".tables.json", b, 0o644)
 }

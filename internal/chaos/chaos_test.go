@@ -2,7 +2,6 @@ package chaos_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -143,20 +142,6 @@ func keepHistory(t *testing.T, out *chaos.Outcome) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := &chaos.History{}
-	for _, e := range out.Events {
-		h.Record(e)
-	}
-	if err := h.WriteJSON(f); err != nil {
-		f.Close()
-		return "", err
-	}
-	if err := f.Close(); err != nil {
-		return "", err
-	}
-	b, err := json.Marshal(out.Tables)
-	if err != nil {
-		return "", err
-	}
-	return f.Name(), os.WriteFile(f.Name()+".tables.json", b, 0o644)
+	f.Close()
+	return f.Name(), out.WriteHistory(f.Name())
 }

@@ -428,7 +428,7 @@ func (h *Harness) WroteSince(ctx context.Context, t time.Time) (bool, error) {
 	var n int
 	err := h.admin.QueryRow(ctx, `SELECT count(DISTINCT key) FROM chaos_log WHERE key = ANY($1) AND logged_at > $2`,
 		h.keys, t).Scan(&n)
-	return err == nil && n == len(h.keys), err
+	return n == len(h.keys), err
 }
 
 // HealAll ends every fault: it mends every path, resumes every paused

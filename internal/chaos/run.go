@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -40,6 +42,32 @@ type Outcome struct {
 	Events []Event
 	Tables Tables
 	Report *Report
+}
+
+// WriteHistory writes the run's history to path as JSON lines, and the
+// tables the checker read beside it, to path.tables.json, to investigate a
+// violation.
+func (o *Outcome) WriteHistory(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	h := &History{}
+	for _, e := range o.Events {
+		h.Record(e)
+	}
+	if err := h.WriteJSON(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(o.Tables)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path+".tables.json", b, 0o644)
 }
 
 // Run starts the replicas, injects faults for cfg.Duration, heals

@@ -105,8 +105,8 @@ func (s *Scheduler) pick() string {
 
 // Run injects faults for d, in phases: faults for a while, then every fault
 // healed and a quiet spell until every key's leader writes again (or the
-// recovery bound has passed), then the next phase. It heals everything before it
-// returns.
+// recovery bound has passed), then the next phase. It heals everything
+// before it returns.
 func (s *Scheduler) Run(ctx context.Context, d time.Duration) error {
 	end := time.Now().Add(d)
 	for phase := 1; time.Now().Before(end) && ctx.Err() == nil; phase++ {
@@ -132,7 +132,7 @@ func (s *Scheduler) awaitRecovery(ctx context.Context, heal time.Time) {
 	spec := s.h.Spec()
 	deadline := time.Now().Add(spec.TTL + spec.CampaignEvery + time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if all, err := s.h.WroteSince(ctx, heal); all && err == nil {
+		if all, err := s.h.WroteSince(ctx, heal); err == nil && all {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
