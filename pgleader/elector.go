@@ -822,15 +822,16 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 			release = t.Reason() != ReasonLost
 		}
 	}
+	failed := bodyErr != nil && !errors.Is(bodyErr, errRefused)
 	switch {
 	case !release:
 	case cancelled:
 		e.holdRelease(log, cancelledAt, releaseHeld)
-	case bodyErr != nil && !errors.Is(bodyErr, errRefused):
+	case failed:
 		e.holdRelease(log, returnedAt, releaseHeldAfterError)
 	}
 
-	if bodyErr != nil && !errors.Is(bodyErr, errRefused) {
+	if failed {
 		e.fail(bodyErr)
 	}
 	if release {

@@ -388,11 +388,7 @@ func TestSetSpread(t *testing.T) {
 func TestSetColdStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := pgleadertest.NewBackend()
-		keys := keyNames("k", 100)
-		var sets []*runningSet
-		for i := range 3 {
-			sets = append(sets, startSet(t, b, setSpec("s"), keys, pgleader.SetOptions{Owner: fmt.Sprintf("r%d", i), Lead: quickBody}))
-		}
+		sets := startReplicas(t, keyNames("k", 100), b, b, b)
 		time.Sleep(12 * time.Second)
 		synctest.Wait()
 		got := held(sets...)
@@ -421,15 +417,8 @@ func TestSetColdStart(t *testing.T) {
 func TestSetColdStartConverges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := pgleadertest.NewBackend()
-		keys := keyNames("k", 100)
-		var sets []*runningSet
-		for i := range 3 {
-			var sb pgleader.SetBackend = b
-			if i == 0 {
-				sb = &slowCampaigns{SetBackend: b, delay: 1200 * time.Millisecond}
-			}
-			sets = append(sets, startSet(t, sb, setSpec("s"), keys, pgleader.SetOptions{Owner: fmt.Sprintf("r%d", i), Lead: quickBody}))
-		}
+		slow := &slowCampaigns{SetBackend: b, delay: 1200 * time.Millisecond}
+		sets := startReplicas(t, keyNames("k", 100), slow, b, b)
 		time.Sleep(1900 * time.Millisecond)
 		synctest.Wait()
 		if got := held(sets...); got[0] != 32 {
@@ -468,6 +457,17 @@ func TestSetColdStartConverges(t *testing.T) {
 		}
 		assertNoOverlap(t, b)
 	})
+}
+
+// startReplicas starts, for each backend, a replica r0, r1, … of set "s"
+// over keys whose bodies return when their terms end.
+func startReplicas(t *testing.T, keys []string, backends ...pgleader.SetBackend) []*runningSet {
+	t.Helper()
+	var sets []*runningSet
+	for i, b := range backends {
+		sets = append(sets, startSet(t, b, setSpec("s"), keys, pgleader.SetOptions{Owner: fmt.Sprintf("r%d", i), Lead: quickBody}))
+	}
+	return sets
 }
 
 // slowCampaigns delays each campaign on its way to the database.
@@ -567,20 +567,12 @@ func TestSetHoldsLeaseAfterCancelledBody(t *testing.T) {
 		}
 		stopped := time.Now()
 		r.cancel()
-		freedAt := func(key string) time.Time {
-			for {
-				if l, _ := b.Lease(context.Background(), key); !l.Held() {
-					return time.Now()
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}
-		if at := freedAt("k-001"); at.Sub(stopped) > 10*time.Millisecond {
+		if at := freedAt(b, "k-001"); at.Sub(stopped) > 10*time.Millisecond {
 			t.Fatalf("k-001, whose body returned on Ending, freed %v after the stop; want at once", at.Sub(stopped))
 		}
 		// Cancelled at the stop + YieldGrace (1s), released ReleaseTimeout
 		// (500ms) later, in a batch that waits 5 ms for company.
-		if d := freedAt("k-000").Sub(stopped); d < 1500*time.Millisecond || d > 1510*time.Millisecond {
+		if d := freedAt(b, "k-000").Sub(stopped); d < 1500*time.Millisecond || d > 1510*time.Millisecond {
 			t.Fatalf("k-000, whose body returned only when cancelled, freed %v after the stop; want 1.5s", d)
 		}
 		if err := <-r.done; err != nil {
@@ -613,18 +605,23 @@ func TestSetHoldsLeaseAfterBodyError(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		failed := *failedAt.Load()
-		for {
-			if l, _ := b.Lease(context.Background(), "k-000"); !l.Held() {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
 		// ReleaseTimeout (500ms), in a batch that waits 5 ms for company.
-		if d := time.Since(failed); d < 500*time.Millisecond || d > 510*time.Millisecond {
+		if d := freedAt(b, "k-000").Sub(failed); d < 500*time.Millisecond || d > 510*time.Millisecond {
 			t.Errorf("k-000, whose body returned an error, freed %v after that; want ReleaseTimeout (500ms)", d)
 		}
 		r.stop(t)
 	})
+}
+
+// freedAt polls, every millisecond, until no term holds key's lease, and
+// returns when that was.
+func freedAt(b *pgleadertest.Backend, key string) time.Time {
+	for {
+		if l, _ := b.Lease(context.Background(), key); !l.Held() {
+			return time.Now()
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestSetHeldTermFoundLost: a term held after its cancelled body returned
