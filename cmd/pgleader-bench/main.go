@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"runtime"
@@ -90,18 +91,27 @@ func run(ctx context.Context) error {
 	fmt.Println("spec: TTL 6s, RenewEvery 2s, CampaignEvery 500ms, Margin 500ms, YieldGrace 1s, ReleaseTimeout 500ms")
 
 	want := func(name string) bool { return *only == "" || strings.Contains(","+*only+",", ","+name+",") }
-	rtt, err := b.roundTrip(ctx, 0)
+	rtt, err := b.roundTrip(ctx, 50, 500, func() time.Duration { return 0 })
 	if err != nil {
 		return err
 	}
-	idleRTT, err := b.roundTrip(ctx, 10*time.Millisecond)
+	idleRTT, err := b.roundTrip(ctx, 50, 500, func() time.Duration { return 10 * time.Millisecond })
 	if err != nil {
 		return err
 	}
-	fmt.Printf("single-row UPDATE round trip, median of 500: back to back %s; after 10 ms idle %s\n\n", ms(rtt), ms(idleRTT))
+	fmt.Printf("single-row UPDATE round trip, median of 500: back to back %s; after 10 ms idle %s\n", ms(rtt), ms(idleRTT))
+	var cold floors
+	if want("handover") {
+		if cold, err = b.coldRoundTrips(ctx); err != nil {
+			return err
+		}
+		fmt.Printf("after an idle spell drawn from 0–%v (a stop in this bench), median of %d: %s; from 0–%v (a stop at any point of a leader's renewal cycle), median of %d: %s\n",
+			benchIdle, coldSamples, ms(cold.bench), recipe("").RenewEvery, coldSamples/2, ms(cold.cycle))
+	}
+	fmt.Println()
 
 	if want("handover") {
-		if err := b.handoverTable(ctx, rtt, idleRTT); err != nil {
+		if err := b.handoverTable(ctx, rtt, idleRTT, cold); err != nil {
 			return fmt.Errorf("handover: %w", err)
 		}
 	}
@@ -146,28 +156,55 @@ func (b *bench) init(ctx context.Context) error {
 	return err
 }
 
-// roundTrip is the median time of a single-row UPDATE, the unit of the
-// physical floor, sent back to back or each after idle. On this kind of
-// virtual machine a process that slept takes about a millisecond to wake,
-// and every statement of a handover follows a quiet spell.
-func (b *bench) roundTrip(ctx context.Context, idle time.Duration) (time.Duration, error) {
+// roundTrip is the median time of n single-row UPDATEs, the unit of the
+// physical floor, each sent after idle() of quiet, after warm unmeasured.
+// On this kind of virtual machine a process that slept takes long to wake,
+// the longer the sleep (for a SELECT 1 about 0.4 ms after 50 ms, 1.6 ms
+// after a second), and every statement of a handover follows a quiet spell.
+func (b *bench) roundTrip(ctx context.Context, warm, n int, idle func() time.Duration) (time.Duration, error) {
 	c, err := b.admin.Acquire(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer c.Release()
 	var samples []time.Duration
-	for i := 0; i < 550; i++ {
-		if idle > 0 && !wait.Sleep(ctx, idle) {
+	for i := 0; i < warm+n; i++ {
+		if d := idle(); d > 0 && !wait.Sleep(ctx, d) {
 			return 0, ctx.Err()
 		}
 		start := time.Now()
 		if _, err := c.Exec(ctx, `UPDATE rtt SET n = n + 1 WHERE id = 1`); err != nil {
 			return 0, err
 		}
-		if i >= 50 {
+		if i >= warm {
 			samples = append(samples, time.Since(start))
 		}
 	}
 	return percentile(samples, 50), nil
+}
+
+// floors are single-row UPDATE round trips after the idle spells a
+// hand-off's first statement follows: the leader's hand_off is the first
+// statement on its connection since its last renewal (or, early in a term,
+// since the hand-off rehearsal).
+type floors struct{ bench, cycle time.Duration }
+
+// benchIdle bounds the idle spell before a stop in this bench: the bench
+// stops a leader at a random point of the candidate's polling cycle, soon
+// after the leader's term began.
+var benchIdle = recipe("").CampaignEvery
+
+const coldSamples = 100
+
+func (b *bench) coldRoundTrips(ctx context.Context) (floors, error) {
+	var f floors
+	var err error
+	spread := func(d time.Duration) func() time.Duration {
+		return func() time.Duration { return time.Duration(rand.Int64N(int64(d))) }
+	}
+	if f.bench, err = b.roundTrip(ctx, 2, coldSamples, spread(benchIdle)); err != nil {
+		return f, err
+	}
+	f.cycle, err = b.roundTrip(ctx, 2, coldSamples/2, spread(recipe("").RenewEvery))
+	return f, err
 }
