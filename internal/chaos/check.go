@@ -78,7 +78,8 @@ type Report struct {
 	healed     []time.Time // each recovery's heal, for one key
 	// Keys is each key's figures, by key.
 	Keys []KeyFigures
-	// RecoveryBound is TTL + CampaignEvery.
+	// RecoveryBound is what property 4 allows after a heal (see
+	// RecoveryBound).
 	RecoveryBound time.Duration
 	// CommitTimes is whether the log's id order was checked against the
 	// transactions' commit timestamps, not only clock_timestamp() at insert.
@@ -152,15 +153,30 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
+// RecoveryBound is how long after a heal property 4 gives a key to have a
+// unit accepted, with spec's timing (defaults filled in, as
+// [Harness.Spec] has them): TTL + CampaignEvery for an elector; for a
+// set (set true), YieldGrace + ReleaseTimeout + CampaignEvery more, the
+// documented edge where every other member had just stepped down from a
+// key toward the one that died and holds its campaigns (docs/sets.md).
+func RecoveryBound(spec pgleader.Spec, set bool) time.Duration {
+	b := spec.TTL + spec.CampaignEvery
+	if set {
+		b += spec.YieldGrace + spec.ReleaseTimeout + spec.CampaignEvery
+	}
+	return b
+}
+
 // Check verifies properties 1 to 4 on a run's history and the tables read
-// after it, with spec's timing, and returns the report. The properties are
-// per key: the history, the log and the lease audit are partitioned by key
+// after it, with spec's timing, and returns the report; set says the
+// replicas ran a pgleader.Set (see RecoveryBound). The properties are per
+// key: the history, the log and the lease audit are partitioned by key
 // (the harness's own events, which have no key, belong to every key), and
 // each key is checked on its own, as if it were the only one. A history
 // whose events name no key is one key.
-func Check(events []Event, tables Tables, spec pgleader.Spec) *Report {
+func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report {
 	r := &Report{Faults: map[string]int{}, EndReasons: map[string]int{},
-		RecoveryBound: spec.TTL + spec.CampaignEvery}
+		RecoveryBound: RecoveryBound(spec, set)}
 	for _, e := range events {
 		if r.Start.IsZero() || e.Local.Before(r.Start) {
 			r.Start = e.Local
@@ -669,7 +685,7 @@ func checkContiguous(r *Report, units, lost []Unit) {
 }
 
 // checkRecovery: property 4. After each heal, some unit must be accepted
-// within TTL + CampaignEvery. A unit lost in a later failover counts: it was
+// within r.RecoveryBound. A unit lost in a later failover counts: it was
 // accepted.
 func checkRecovery(r *Report, events []Event, units []Unit) {
 	units = slices.Clone(units)

@@ -120,7 +120,7 @@ func (s *story) heal(at int) {
 	s.events = append(s.events, chaos.Event{Kind: chaos.KindHeal, Replica: -1, DB: ms(at)})
 }
 
-func (s *story) check() *chaos.Report { return chaos.Check(s.events, s.tables, testSpec) }
+func (s *story) check() *chaos.Report { return chaos.Check(s.events, s.tables, testSpec, false) }
 
 // clean is a history that breaks nothing: a heals, a leads, releases, b
 // leads.
@@ -288,6 +288,30 @@ func TestCheckSlowRecovery(t *testing.T) {
 
 	s.heal(4000) // and nobody writes after this one
 	expect(t, s.check(), chaos.PropRecovery, "no unit was accepted after the heal")
+}
+
+// TestCheckSetRecovery: a set's keys are given YieldGrace + ReleaseTimeout +
+// CampaignEvery more (a member that just stepped down holds its
+// campaigns), and no more than that.
+func TestCheckSetRecovery(t *testing.T) {
+	t.Parallel()
+	spec := testSpec
+	spec.YieldGrace, spec.ReleaseTimeout = 500*time.Millisecond, 250*time.Millisecond
+	if got, want := chaos.RecoveryBound(spec, true), 4250*time.Millisecond; got != want {
+		t.Fatalf("RecoveryBound(set) = %v, want %v", got, want)
+	}
+	s := &story{}
+	s.heal(0)
+	s.acquire("a", 1, 3900).write(4000) // over an elector's 3.25s, within a set's 4.25s
+	if r := chaos.Check(s.events, s.tables, spec, true); len(r.Violations) != 0 {
+		t.Fatalf("set run: %v", r.Violations)
+	}
+	expect(t, chaos.Check(s.events, s.tables, spec, false), chaos.PropRecovery, "4s later")
+
+	s = &story{}
+	s.heal(0)
+	s.acquire("a", 1, 4300).write(4400)
+	expect(t, chaos.Check(s.events, s.tables, spec, true), chaos.PropRecovery, "4.4s later (bound 4.25s)")
 }
 
 // failoverStory is an asynchronous failover that loses acknowledged rows,

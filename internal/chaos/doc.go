@@ -72,7 +72,8 @@
 //     contiguous from 1.
 //  4. After every heal, a unit is accepted within TTL + CampaignEvery
 //     (after a crash restart or a failover, once the server's grace is
-//     over).
+//     over); with a set, YieldGrace + ReleaseTimeout + CampaignEvery more
+//     (RecoveryBound).
 //
 // After a failover, the checker excuses the rows that asynchronous
 // replication loses, and only those: an acknowledged unit or a won term

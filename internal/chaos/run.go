@@ -101,7 +101,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, fmt.Errorf("chaos: read the tables: %w", err)
 	}
 	events := h.History().Events()
-	return &Outcome{Seed: cfg.Seed, Spec: spec, Events: events, Tables: tables, Report: Check(events, tables, spec)}, nil
+	return &Outcome{Seed: cfg.Seed, Spec: spec, Events: events, Tables: tables, Report: Check(events, tables, spec, h.IsSet())}, nil
 }
 
 // Summary writes the report's figures and violations.

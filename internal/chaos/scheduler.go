@@ -130,7 +130,7 @@ func (s *Scheduler) Run(ctx context.Context, d time.Duration) error {
 // its slowest key, still within the bound, had written.)
 func (s *Scheduler) awaitRecovery(ctx context.Context, heal time.Time) {
 	spec := s.h.Spec()
-	deadline := time.Now().Add(spec.TTL + spec.CampaignEvery + time.Second)
+	deadline := time.Now().Add(RecoveryBound(spec, s.h.IsSet()) + time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if all, err := s.h.WroteSince(ctx, heal); err == nil && all {
 			break

@@ -67,7 +67,7 @@ func finish(t *testing.T, h *chaos.Harness) *chaos.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := chaos.Check(h.History().Events(), tables, h.Spec())
+	r := chaos.Check(h.History().Events(), tables, h.Spec(), h.IsSet())
 	var b strings.Builder
 	r.Summary(&b)
 	t.Logf("checker's report:\n%s", b.String())
