@@ -1,13 +1,9 @@
 package pgleader_test
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/internal/racetest"
 	"github.com/pgleader/pgleader/pgleader"
 )
 
@@ -142,7 +139,7 @@ func TestAcquireRace(t *testing.T) {
 	_, db := newBackend(t)
 	ctx := context.Background()
 
-	backends := make([]*pgleader.Postgres, candidates)
+	backends := make([]pgleader.Backend, candidates)
 	for i := range backends {
 		backends[i] = pgleader.NewPostgres(db.NewPoolConfig(t, func(c *pgxpool.Config) { c.MaxConns = 1 }))
 		if _, err := backends[i].Lease(ctx, "k"); err != nil { // open the connection before racing
@@ -150,77 +147,18 @@ func TestAcquireRace(t *testing.T) {
 		}
 	}
 
-	var last int64
+	next := int64(1)
 	for round := 0; round < rounds; round++ {
 		byExpiry := round%4 == 3
 		roundTTL := ttl
 		if byExpiry {
 			roundTTL = expireTTL
 		}
-		type result struct {
-			owner string
-			lease pgleader.Lease
-			won   bool
-			err   error
-		}
-		results := make([]result, candidates)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i, b := range backends {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				owner := fmt.Sprintf("c%d", i)
-				l, won, err := b.Acquire(ctx, "k", owner, roundTTL)
-				results[i] = result{owner, l, won, err}
-			}()
-		}
-		close(start)
-		wg.Wait()
-
-		var winners []result
-		for _, r := range results {
-			if r.err != nil {
-				t.Fatalf("round %d: %v", round, r.err)
-			}
-			if r.won {
-				winners = append(winners, r)
-			}
-		}
-		// One winner, except that in a round of 300 ms leases spread over
-		// more than 300 ms (a busy machine) a later candidate rightly wins
-		// once the lease before it expired: then each winner's term starts
-		// no earlier than the previous one's expiry, with the next token.
-		slices.SortFunc(winners, func(a, b result) int { return cmp.Compare(a.lease.Token, b.lease.Token) })
-		if len(winners) == 0 || (len(winners) > 1 && !byExpiry) {
-			t.Fatalf("round %d: %d winners, want exactly 1: %+v", round, len(winners), winners)
-		}
-		for i, w := range winners {
-			if w.lease.Token != last+1 { // dense: none repeats, none skipped
-				t.Fatalf("round %d: token %d repeats or skips (last %d)", round, w.lease.Token, last)
-			}
-			if i > 0 && w.lease.AcquiredAt.Before(winners[i-1].lease.ExpiresAt) {
-				t.Fatalf("round %d: %s won at %v, before %s's lease expired at %v",
-					round, w.owner, w.lease.AcquiredAt, winners[i-1].owner, winners[i-1].lease.ExpiresAt)
-			}
-			last = w.lease.Token
-		}
-		won := map[int64]string{}
-		for _, w := range winners {
-			won[w.lease.Token] = w.owner
-		}
-		for _, r := range results {
-			if !r.won && won[r.lease.Token] != r.lease.Holder {
-				t.Fatalf("round %d: loser saw holder %s/%d, not a winner of this round: %+v",
-					round, r.lease.Holder, r.lease.Token, winners)
-			}
-		}
-		w := winners[len(winners)-1]
+		winner, w := racetest.Round(t, round, backends, "k", roundTTL, byExpiry, &next)
 		if byExpiry {
 			waitFree(t, backends[0], "k")
 		} else {
-			mustRelease(t, backends[0], "k", w.owner, w.lease.Token)
+			mustRelease(t, backends[0], "k", winner, w.Token)
 		}
 	}
 }

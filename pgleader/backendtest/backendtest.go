@@ -20,16 +20,14 @@
 package backendtest
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/pgleader/pgleader/internal/racetest"
 	"github.com/pgleader/pgleader/pgleader"
 )
 
@@ -367,17 +365,11 @@ func testBadInput(t *testing.T, b pgleader.Backend) {
 }
 
 // testAcquireRace: candidates racing for one key, round after round, on one
-// backend: every round has exactly one winner at a time, every loser is
-// told a winner, and the tokens are dense (a lost race consumes none).
-// Every tenth round ends by expiry instead of release.
+// backend (racetest.Round checks each round). Every tenth round ends by
+// expiry instead of release.
 func testAcquireRace(t *testing.T, b pgleader.Backend) {
 	const candidates, rounds = 8, 50
-	ctx := t.Context()
-	type result struct {
-		lease pgleader.Lease
-		won   bool
-		err   error
-	}
+	backends := slices.Repeat([]pgleader.Backend{b}, candidates)
 	next := int64(1) // the token the next winner must draw
 	for round := range rounds {
 		byExpiry := round%10 == 9
@@ -385,69 +377,14 @@ func testAcquireRace(t *testing.T, b pgleader.Backend) {
 		if byExpiry {
 			ttl = short
 		}
-		results := make([]result, candidates)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range candidates {
-			wg.Go(func() {
-				<-start
-				l, won, err := b.Acquire(ctx, "k", owner(i), ttl)
-				results[i] = result{l, won, err}
-			})
-		}
-		close(start)
-		wg.Wait()
-
-		// One winner; in a round of short leases that took longer than
-		// short (a busy machine), a later candidate rightly wins once the
-		// lease before it expired: each winner then starts no earlier than
-		// the previous one's expiry, with the next token.
-		var winners []int
-		for i, r := range results {
-			if r.err != nil {
-				t.Fatalf("round %d, candidate %d: %v", round, i, r.err)
-			}
-			if r.won {
-				winners = append(winners, i)
-			}
-		}
-		if len(winners) == 0 {
-			t.Fatalf("round %d: nobody won a free lease", round)
-		}
-		if len(winners) > 1 && !byExpiry {
-			t.Fatalf("round %d: candidates %v all won a lease of %v", round, winners, ttl)
-		}
-		slices.SortFunc(winners, func(a, b int) int { return cmp.Compare(results[a].lease.Token, results[b].lease.Token) })
-		byToken := map[int64]int{}
-		for j, i := range winners {
-			l := results[i].lease
-			if l.Token != next {
-				t.Fatalf("round %d: a winner drew token %d, want %d (dense, strictly increasing)", round, l.Token, next)
-			}
-			if j > 0 && l.AcquiredAt.Before(results[winners[j-1]].lease.ExpiresAt) {
-				t.Fatalf("round %d: candidate %d won at %v, before the lease of candidate %d expired at %v",
-					round, i, l.AcquiredAt, winners[j-1], results[winners[j-1]].lease.ExpiresAt)
-			}
-			byToken[l.Token] = i
-			next++
-		}
-		for i, r := range results {
-			if w, ok := byToken[r.lease.Token]; !r.won && (!ok || r.lease.Holder != owner(w)) {
-				t.Fatalf("round %d: candidate %d was told holder %q, token %d; not a winner of this round",
-					round, i, r.lease.Holder, r.lease.Token)
-			}
-		}
-		winner := winners[len(winners)-1]
-		w := results[winner].lease
+		winner, w := racetest.Round(t, round, backends, "k", ttl, byExpiry, &next)
 		if byExpiry {
 			waitFree(t, b, "k")
 		} else {
-			mustRelease(t, b, "k", owner(winner), w.Token)
+			mustRelease(t, b, "k", winner, w.Token)
 		}
 	}
 }
-
-func owner(i int) string { return fmt.Sprintf("c%d", i) }
 
 // testAdvance: Advance raises a free key's counter so the next term draws
 // floor+1, changes nothing while a term holds the lease, never lowers the
