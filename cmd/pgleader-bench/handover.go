@@ -52,6 +52,11 @@ var modes = []mode{
 	{"hand-off, candidate registered over RenewEvery + Margin before (take writes)", true, true, "handover-aged", true},
 }
 
+// benchIdle bounds the wait before each stop: a random point of the
+// candidate's polling cycle, soon after the leader's term began. The floor
+// after a stop's idle spell (coldRoundTrips) draws its spells the same way.
+var benchIdle = recipe("").CampaignEvery
+
 // agedLeft is what an aged hand-off's candidate registration has left at
 // most when the leader stops: less than the Elector's TTL - RenewEvery.
 const agedLeft = 3800 * time.Millisecond
@@ -152,7 +157,7 @@ func (b *bench) handover(ctx context.Context, m mode, n int) (toKnow, toWrite []
 			drainTimes(ch)
 		}
 		// Stop at a random point of the candidate's polling cycle.
-		if !wait.Sleep(ctx, time.Duration(rand.Int64N(int64(recipe("").CampaignEvery)))) {
+		if !wait.Sleep(ctx, time.Duration(rand.Int64N(int64(benchIdle)))) {
 			return nil, nil, st, ctx.Err()
 		}
 		if m.aged {

@@ -106,7 +106,7 @@ func run(ctx context.Context) error {
 			return err
 		}
 		fmt.Printf("after an idle spell drawn from 0–%v (a stop in this bench), median of %d: %s; from 0–%v (a stop at any point of a leader's renewal cycle), median of %d: %s\n",
-			benchIdle, coldSamples, ms(cold.bench), recipe("").RenewEvery, coldSamples/2, ms(cold.cycle))
+			benchIdle, benchSamples, ms(cold.bench), recipe("").RenewEvery, cycleSamples, ms(cold.cycle))
 	}
 	fmt.Println()
 
@@ -189,12 +189,9 @@ func (b *bench) roundTrip(ctx context.Context, warm, n int, idle func() time.Dur
 // since the hand-off rehearsal).
 type floors struct{ bench, cycle time.Duration }
 
-// benchIdle bounds the idle spell before a stop in this bench: the bench
-// stops a leader at a random point of the candidate's polling cycle, soon
-// after the leader's term began.
-var benchIdle = recipe("").CampaignEvery
-
-const coldSamples = 100
+// How many cold round trips each floor takes the median of: a cycle's
+// spells are four times as long.
+const benchSamples, cycleSamples = 100, 50
 
 func (b *bench) coldRoundTrips(ctx context.Context) (floors, error) {
 	var f floors
@@ -202,9 +199,9 @@ func (b *bench) coldRoundTrips(ctx context.Context) (floors, error) {
 	spread := func(d time.Duration) func() time.Duration {
 		return func() time.Duration { return time.Duration(rand.Int64N(int64(d))) }
 	}
-	if f.bench, err = b.roundTrip(ctx, 2, coldSamples, spread(benchIdle)); err != nil {
+	if f.bench, err = b.roundTrip(ctx, 2, benchSamples, spread(benchIdle)); err != nil {
 		return f, err
 	}
-	f.cycle, err = b.roundTrip(ctx, 2, coldSamples/2, spread(recipe("").RenewEvery))
+	f.cycle, err = b.roundTrip(ctx, 2, cycleSamples, spread(recipe("").RenewEvery))
 	return f, err
 }
