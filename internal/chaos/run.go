@@ -52,11 +52,7 @@ func (o *Outcome) WriteHistory(path string) error {
 	if err != nil {
 		return err
 	}
-	h := &History{}
-	for _, e := range o.Events {
-		h.Record(e)
-	}
-	if err := h.WriteJSON(f); err != nil {
+	if err := (&History{events: o.Events}).WriteJSON(f); err != nil {
 		f.Close()
 		return err
 	}
