@@ -822,16 +822,11 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 			release = t.Reason() != ReasonLost
 		}
 	}
-	failed := bodyErr != nil && !errors.Is(bodyErr, errRefused)
-	switch {
-	case !release:
-	case cancelled:
-		e.holdRelease(log, cancelledAt, releaseHeld)
-	case failed:
-		e.holdRelease(log, returnedAt, releaseHeldAfterError)
+	if from, msg := releaseHeldFrom(cancelled, cancelledAt, returnedAt, bodyErr); release && !from.IsZero() {
+		e.holdRelease(log, from, msg)
 	}
 
-	if failed {
+	if bodyErr != nil && !errors.Is(bodyErr, errRefused) {
 		e.fail(bodyErr)
 	}
 	if release {
@@ -869,6 +864,20 @@ func (e *Elector) holdRelease(log *slog.Logger, from time.Time, msg string) {
 // apply it.
 func (s Spec) releaseHold(from time.Time) time.Duration {
 	return time.Until(from.Add(s.ReleaseTimeout))
+}
+
+// releaseHeldFrom returns from when releaseHold counts for a term whose
+// body returned at returnedAt with err, its context cancelled at
+// cancelledAt, before it returned if cancelled, and the log message that
+// says why; the zero time when the release is not held.
+func releaseHeldFrom(cancelled bool, cancelledAt, returnedAt time.Time, err error) (time.Time, string) {
+	switch {
+	case cancelled:
+		return cancelledAt, releaseHeld
+	case err != nil && !errors.Is(err, errRefused):
+		return returnedAt, releaseHeldAfterError
+	}
+	return time.Time{}, ""
 }
 
 // releaseHeld and releaseHeldAfterError are the log messages of a release

@@ -924,14 +924,11 @@ func (r *setRun) bodyReturned(d bodyDone) {
 		r.forget(st)
 		return
 	}
-	var from time.Time
-	msg := releaseHeld
-	if at := st.cancelledAt.Load(); d.cancelled && at != nil {
-		from = *at
-	} else if d.err != nil && reason != ReasonRefused {
-		from, msg = d.returned, releaseHeldAfterError
+	var cancelledAt time.Time
+	if at := st.cancelledAt.Load(); at != nil {
+		cancelledAt = *at
 	}
-	if !from.IsZero() {
+	if from, msg := releaseHeldFrom(d.cancelled && !cancelledAt.IsZero(), cancelledAt, d.returned, d.err); !from.IsZero() {
 		// See Spec.releaseHold: the term stays (ending, not renewed)
 		// until then.
 		if wait := s.spec.releaseHold(from); wait > 0 {
