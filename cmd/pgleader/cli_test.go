@@ -44,6 +44,7 @@ func TestCLI(t *testing.T) {
 		{"RunCampaignsAgain", testRunCampaignsAgain},
 		{"RunSecondSignal", testRunSecondSignal},
 		{"Resign", testResign},
+		{"ResignTokenGiven", testResignTokenGiven},
 		{"Transfer", testTransfer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,6 +96,15 @@ func testUsage(t *testing.T, bin string) {
 		{[]string{"advance", "k", "ten"}, 2, `FLOOR must be a whole number`},
 		{[]string{"run", "--", "true"}, 2, "--key is required"},
 		{[]string{"run", "--key", "k"}, 2, "no command"},
+		{[]string{"run", "--key", "", "--", "true"}, 2, "--key was given an empty value"},
+		{[]string{"run", "--key", "k", "--owner", "", "--", "true"}, 2, "--owner was given an empty value"},
+		{[]string{"run", "--key", "k", "--health-addr", "", "--", "true"}, 2, "--health-addr was given an empty value"},
+		{[]string{"run", "--database", "", "--key", "k", "--", "true"}, 2, "--database was given an empty value"},
+		{[]string{"run", "--key", "k", "--priority", "-1", "--owner", "", "--", "true"}, 2, "--owner was given an empty value"},
+		{[]string{"status", "--set", ""}, 2, "--set was given an empty value"},
+		{[]string{"status", "--database=", "k"}, 2, "--database was given an empty value"},
+		{[]string{"advance", "--database", "", "k", "-1"}, 2, "--database was given an empty value"},
+		{[]string{"advance", "k", "-1", "--database", "postgres://%zz"}, 2, `FLOOR must be a whole number from 0 to`},
 		{[]string{"run", "--key", "k", "--ttl", "1s", "--renew-every", "1s", "--", "true"}, 2,
 			"--renew-every (1s) + --yield-grace (166.666666ms) + --release-timeout (83.333333ms) + --margin (83.333333ms) = 1.333333332s must be less than --ttl (1s)"},
 		{[]string{"run", "--key", "k", "--ttl", "soon", "--", "true"}, 2, `invalid value "soon" for flag -ttl`},

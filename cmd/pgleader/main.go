@@ -26,6 +26,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -143,7 +144,9 @@ func databaseFlag(fs *flag.FlagSet) *string {
 // parse parses args for fs, letting flags and positional arguments mix, and
 // returns the positional ones. A negative number is a positional argument,
 // so that its command can say which values it takes, rather than the flag
-// package calling it an unknown flag. A parse error is bad usage.
+// package calling it an unknown flag; after a flag that takes a value it is
+// that value, so the command can say so ("--token -1"). A parse error, and
+// a --database given empty, are bad usage.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for len(args) > 0 {
@@ -152,10 +155,13 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 			continue
 		}
 		end := len(args)
-		for i, a := range args {
-			if isNegativeNumber(a) {
+		for i := 0; i < len(args); i++ {
+			if isNegativeNumber(args[i]) {
 				end = i
 				break
+			}
+			if takesValue(fs, args[i]) {
+				i++
 			}
 		}
 		if err := fs.Parse(args[:end]); err != nil {
@@ -168,7 +174,48 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		args = append(rest[:len(rest):len(rest)], args[end:]...)
 	}
-	return pos, nil
+	return pos, refuseEmpty(fs, "database")
+}
+
+// takesValue reports whether arg is one of fs's flags, not a bool one,
+// written without "=value": the flag package takes the next argument as its
+// value, whatever it looks like.
+func takesValue(fs *flag.FlagSet, arg string) bool {
+	name, ok := strings.CutPrefix(arg, "-")
+	if !ok {
+		return false
+	}
+	name = strings.TrimPrefix(name, "-")
+	if name == "" || name[0] == '-' || strings.Contains(name, "=") {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
+}
+
+// given reports whether the flag name was on the command line, even with an
+// empty value.
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
+// refuseEmpty returns bad usage if one of the named flags was given an
+// empty value. That is what "--owner $POD_NAME" becomes when the variable
+// is unset; taking it for a flag left out would act on a default (another
+// database, a random owner) that the caller did not ask for.
+func refuseEmpty(fs *flag.FlagSet, names ...string) error {
+	for _, name := range names {
+		if given(fs, name) && fs.Lookup(name).Value.String() == "" {
+			return usagef(fs.Name(), "--%s was given an empty value (an unset shell variable?)", name)
+		}
+	}
+	return nil
 }
 
 func isNegativeNumber(s string) bool {

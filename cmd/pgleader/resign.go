@@ -17,7 +17,8 @@ renewal (within RenewEvery), ends the term gracefully as it would on stop
 (the body is told, then cancelled YieldGrace later, then the lease is
 released), and campaigns again; a waiting replica usually takes over. With
 --token, only the term with that token is asked, so a resign meant for a
-term that has already ended does not hit its successor.
+term that has already ended does not hit its successor; N is a positive
+whole number, and a --token given empty asks nobody.
 
 It exits 0 if a term was asked, and 1 if nobody holds the lease or another
 term than --token does.
@@ -39,7 +40,7 @@ func cmdResign(args []string, stdout, stderr io.Writer) error {
 		return usagef("resign", "KEY: %v", err)
 	}
 	var token int64
-	if *tokenFlag != "" {
+	if given(fs, "token") {
 		token, err = strconv.ParseInt(*tokenFlag, 10, 64)
 		if err != nil || token < 1 {
 			return usagef("resign", "--token must be a positive whole number, got %q", *tokenFlag)

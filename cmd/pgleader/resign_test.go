@@ -3,12 +3,15 @@
 package main_test
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/pgleader"
 )
 
 // testResign runs two replicas as processes and asks the leader to resign
@@ -67,5 +70,46 @@ sleep 300 & wait
 		if code := p.wait(t); code != 0 {
 			t.Errorf("exit status %d after SIGTERM:\n%s", code, p.errors(t))
 		}
+	}
+}
+
+// testResignTokenGiven: a --token that was given must be a positive whole
+// number. An empty one ("$TOKEN" with TOKEN unset) or a negative one is bad
+// usage, and the live term is not asked to end; nor is it when an empty
+// --database would fall back to $DATABASE_URL.
+func testResignTokenGiven(t *testing.T, bin string) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, won, err := pgleader.NewPostgres(db.Pool, pgleader.PollOnly()).Acquire(ctx, "job", "replica-a", 5*time.Minute); err != nil || !won {
+		t.Fatalf("acquire: won %v, %v", won, err)
+	}
+	for _, tc := range []struct {
+		args   []string
+		env    []string
+		stderr string
+	}{
+		{[]string{"--database", db.URL, "--token", "", "job"}, nil, `--token must be a positive whole number, got ""`},
+		{[]string{"--database", db.URL, "--token=", "job"}, nil, `--token must be a positive whole number, got ""`},
+		{[]string{"--database", db.URL, "--token", "-1", "job"}, nil, `--token must be a positive whole number, got "-1"`},
+		{[]string{"--database", db.URL, "--token=-1", "job"}, nil, `--token must be a positive whole number, got "-1"`},
+		{[]string{"--database", db.URL, "job", "--token", "-1"}, nil, `--token must be a positive whole number, got "-1"`},
+		{[]string{"--database", db.URL, "--token", "0", "job"}, nil, `--token must be a positive whole number, got "0"`},
+		{[]string{"--database", db.URL, "--token", " 1", "job"}, nil, `--token must be a positive whole number, got " 1"`},
+		{[]string{"--database", "", "job"}, []string{"DATABASE_URL=" + db.URL}, `--database was given an empty value`},
+	} {
+		code, stdout, stderr := runCLI(t, bin, tc.env, append([]string{"resign"}, tc.args...)...)
+		if code != 2 || !strings.Contains(stderr, tc.stderr) || stdout != "" {
+			t.Errorf("pgleader resign %q: status %d, stdout %q, stderr:\n%s\nwant status 2, no output and %q", tc.args, code, stdout, stderr, tc.stderr)
+		}
+		var resign *int64
+		if err := db.Pool.QueryRow(ctx, `SELECT resign_token FROM pgleader.lease WHERE key = 'job'`).Scan(&resign); err != nil {
+			t.Fatal(err)
+		}
+		if resign != nil {
+			t.Fatalf("pgleader resign %q asked term %d to end", tc.args, *resign)
+		}
+	}
+	if l := readLease(t, db.Pool, "job"); l.holder == nil || *l.holder != "replica-a" || l.token != 1 {
+		t.Errorf("lease after the refused resigns: %+v, want replica-a's term 1", l)
 	}
 }

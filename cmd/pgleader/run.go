@@ -66,6 +66,9 @@ func cmdRun(args []string, stderr *os.File) error {
 	if err := fs.Parse(args); err != nil {
 		return flagError("run", err)
 	}
+	if err := refuseEmpty(fs, "database", "key", "owner", "health-addr"); err != nil {
+		return err
+	}
 	argv := fs.Args()
 	switch {
 	case spec.Key == "":

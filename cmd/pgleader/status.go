@@ -53,6 +53,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseEmpty(fs, "set"); err != nil {
+		return err
+	}
 	if *setName != "" {
 		if len(pos) != 0 {
 			return usagef("status", "--set takes no KEY")
