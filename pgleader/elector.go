@@ -442,7 +442,9 @@ func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time
 // release event. While the watcher is not listening it looks at least every
 // CampaignEvery, less up to 10% jitter. A checked hand-off event (see
 // [Event]) that confirmed a term ends the wait with that event; one that did
-// not is a fresh read of the lease, whose expiry the wait takes on. It
+// not is a fresh read of the lease, whose expiry ends the wait if it is
+// sooner (a hint never makes a candidate wait longer, nor lets its
+// registration lapse). It
 // reports whether a release event ended the wait, the confirmed hand-off if
 // one did, and whether ctx is still live.
 func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time) (hinted bool, took *Event, live bool) {
@@ -481,13 +483,19 @@ func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan 
 			case ev.Kind == EventHandedOff && ev.Checked && ev.Acquired:
 				return false, &ev, true
 			case ev.Kind == EventHandedOff && ev.Checked && ev.Err == nil:
-				// A read as good as a campaign's: the watcher already
-				// limits how often a forged hint makes it look.
+				// A fresh read, which the watcher takes no more often
+				// than HeedEvery however many hints are forged. It may
+				// bring the next campaign forward, never put it off: only
+				// a campaign registers this replica as a candidate again,
+				// and its registration outlasts the expiry that campaign
+				// read by Margin only.
 				if !ev.Lease.Held() {
 					return true, nil, true
 				}
-				expiry = ev.Sent.Add(min(ev.Lease.Remaining(), e.spec.TTL))
-				e.setState(StateWaiting, expiry)
+				if at := ev.Sent.Add(min(ev.Lease.Remaining(), e.spec.TTL)); at.Before(expiry) {
+					expiry = at
+					e.setState(StateWaiting, expiry)
+				}
 			}
 			timer.Reset(next())
 		}
