@@ -148,10 +148,9 @@ type Elector struct {
 
 	running   sync.Mutex
 	handedOff bool // the last term handed the lease off; Run's goroutine only
-	// lastToken and lastStart are the token and the database's start
-	// (Lease.AcquiredAt) of the last term led. Run's goroutine only.
+	// lastToken is the token of the last term led: this elector never
+	// leads a token at or below it. Run's goroutine only.
 	lastToken int64
-	lastStart time.Time
 	// floor is the last fence floor read, and floorRead whether there is
 	// one; see campaign. Run's goroutine only.
 	floor     int64
@@ -362,21 +361,28 @@ func (e *Elector) Run(ctx context.Context) error {
 			if !wait.Sleep(ctx, retry) {
 				return nil
 			}
-		case won && lease.Token == e.lastToken && lease.AcquiredAt.Equal(e.lastStart):
-			// The term this elector led last, still in the row as handed
-			// to it (a term believed on a read is confirmed only by its
-			// first renewal): the release or hand-off that ended it did
-			// not take effect, and the campaign confirmed it. It has
-			// ended; end it in the database too rather than lead its
-			// token twice.
+		case won && lease.Token <= e.lastToken:
+			// A term this elector led already, or one before it: most
+			// often the term it led last, still in the row as handed to
+			// it (a term believed on a read is confirmed only by its
+			// first renewal), when the release or hand-off that ended it
+			// did not take effect and the campaign confirmed it; or a
+			// row restored by a failover that lost the later ones. Its
+			// token was led, or superseded by one that was; end it in
+			// the database too rather than lead a token twice or lead
+			// one below the fence.
 			failures = 0
+			if lease.Token < e.lastToken {
+				e.log.Warn("won a term below the last one this elector led (lease data lost or restored?); ending it",
+					"token", lease.Token, "last_token", e.lastToken)
+			}
 			e.release(ctx, e.log.With("token", lease.Token), lease.Token, ReasonFinished)
 			if !e.handedOff && !wait.Sleep(ctx, e.spec.CampaignEvery) {
 				return nil
 			}
 		case won:
 			failures = 0
-			e.lastToken, e.lastStart = lease.Token, lease.AcquiredAt
+			e.lastToken = lease.Token
 			if e.leadUnwatched(ctx, lease.Token, sent, bound, announce, unwatch) {
 				unwatch = func() {}
 				if ctx.Err() == nil {
