@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgleader/pgleader/internal/hook"
@@ -151,6 +152,9 @@ type Elector struct {
 	// lastToken is the token of the last term led: this elector never
 	// leads a token at or below it. Run's goroutine only.
 	lastToken int64
+	// rehearsalFailed is set once a hand-off rehearsal failed and said so
+	// at Warn; later failures are logged at Debug.
+	rehearsalFailed atomic.Bool
 	// floor is the last fence floor read, and floorRead whether there is
 	// one; see campaign. Run's goroutine only.
 	floor     int64
@@ -1022,17 +1026,23 @@ func (e *Elector) withdraw(ctx context.Context) {
 const rehearseAfter = 100 * time.Millisecond
 
 // prepareHandOff lets the backend load, off the hand-off's path, what the
-// term's hand-off will need on its connection.
+// term's hand-off will need on its connection, with the Spec's TTL, which
+// the real calls use. It is an optimisation: a failure costs the hand-off
+// time, not correctness, and is logged at Warn the first time only.
 func (e *Elector) prepareHandOff(ctx context.Context) {
 	w, ok := e.backend.(interface {
-		prepareHandOff(context.Context, string, string) error
+		prepareHandOff(context.Context, string, string, time.Duration) error
 	})
 	if !ok || e.handoffer == nil {
 		return
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.RenewEvery)
 	defer cancel()
-	if err := w.prepareHandOff(pctx, e.spec.Key, e.opts.Owner); err != nil {
-		e.log.Debug("preparing the hand-off failed", "err", err)
+	if err := w.prepareHandOff(pctx, e.spec.Key, e.opts.Owner, e.spec.TTL); err != nil {
+		if e.rehearsalFailed.CompareAndSwap(false, true) {
+			e.log.Warn("preparing the hand-off failed; hand-offs run without it, slower (said once per Elector)", "err", err)
+		} else {
+			e.log.Debug("preparing the hand-off failed", "err", err)
+		}
 	}
 }
