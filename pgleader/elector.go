@@ -996,7 +996,9 @@ func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64, re
 		released, successor, err = e.handoffer.HandOff(rctx, e.spec.Key, e.opts.Owner, token, "")
 		e.handedOff = err == nil && successor != ""
 		if e.handedOff {
-			log.Info("handed the lease off", "successor", successor, "successor_token", token+1)
+			// Not token + 1: after a move to a new token epoch the
+			// successor draws above the epoch's base.
+			log.Info("handed the lease off", "successor", successor)
 		}
 	} else {
 		released, err = e.backend.Release(rctx, e.spec.Key, e.opts.Owner, token)

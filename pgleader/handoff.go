@@ -120,9 +120,11 @@ func (p *Postgres) HandOff(ctx context.Context, key, owner string, token int64, 
 
 // handOffHint builds the hint from the committed row, in its own implicit
 // transaction: the successor's name is known only once hand_off ran, and
-// both go out in one write.
+// both go out in one write. A row handed off above the ended term's token
+// is the hand-off: its token is token + 1, or more when a move to a new
+// token epoch (migrations/0008) raised the draw while the term held on.
 const handOffHint = `SELECT pg_notify('pgleader', CASE
-    WHEN l.holder IS NOT NULL AND l.token = $2::bigint + 1
+    WHEN l.holder IS NOT NULL AND l.handed_off AND l.token > $2::bigint
     THEN 'handoff ' || octet_length(l.holder) || ' ' || l.holder || ' ' || $1
     ELSE 'release 0 ' || $1 END)
   FROM (SELECT 1) AS one LEFT JOIN pgleader.lease AS l ON l.key = $1`

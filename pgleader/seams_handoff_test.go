@@ -2,6 +2,7 @@ package pgleader_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -55,5 +56,71 @@ func TestRehearsalUnderShortMaxTTL(t *testing.T) {
 	})
 	if failed() {
 		t.Fatalf("a rehearsal failed under max_ttl 6s:\n%s", log.String())
+	}
+}
+
+// TestHandOffHintAfterEpochBump: a term held across a move to a new token
+// epoch hands off to a successor that draws above the epoch's base, not
+// token + 1. The hint still says "handoff" and names the successor, and the
+// log names no successor token the successor did not get.
+func TestHandOffHintAfterEpochBump(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	spec := slowPollSpec("k")
+	var log pgtest.Buffer
+	a := startLogged(t, db, spec, "a", &log)
+	waitFor(t, "a to lead", func() bool { return a.el.Status().Leading })
+	c := startCandidate(t, db, spec, "c", pgleader.Options{})
+	registered(t, a.backend, "k", "c")
+	waitFor(t, "c to wait", func() bool { return c.el.Status().State == pgleader.StateWaiting })
+
+	// A new server, as after crash recovery: the next lease call moves to
+	// epoch 1 and a's held term keeps token 1, its next draw above 2^40.
+	// The grace that begins then is ended at once.
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM pgleader.server_epoch`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT pgleader.grace()`); err != nil {
+		t.Fatal(err)
+	}
+	var epoch int64
+	if err := db.Pool.QueryRow(ctx, `SELECT epoch FROM pgleader.settings`).Scan(&epoch); err != nil || epoch != 1 {
+		t.Fatalf("epoch after the notice: %d, %v; want 1", epoch, err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE pgleader.server_epoch SET grace_until = clock_timestamp() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+
+	listen := db.Conn(t)
+	if _, err := listen.Exec(ctx, "LISTEN pgleader"); err != nil {
+		t.Fatal(err)
+	}
+	a.stopNow(t)
+	want := int64(1)<<40 + 1
+	waitFor(t, "c to lead", func() bool { return c.el.Status().Leading })
+	if tok := c.el.Status().Token; tok != want {
+		t.Fatalf("c leads token %d; want %d, the first of epoch 1", tok, want)
+	}
+
+	var hint string
+	for hint == "" {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := listen.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("no hand-off or release hint for k: %v", err)
+		}
+		if strings.HasPrefix(n.Payload, "handoff ") || strings.HasPrefix(n.Payload, "release ") {
+			hint = n.Payload
+		}
+	}
+	if hint != "handoff 1 c k" {
+		t.Fatalf("a's hint after the hand-off: %q; want %q", hint, "handoff 1 c k")
+	}
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "successor_token=") && !strings.Contains(line, fmt.Sprintf("successor_token=%d", want)) {
+			t.Fatalf("a's log names a successor token c did not get: %s", line)
+		}
 	}
 }
