@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgleader/pgleader/internal/hook"
@@ -148,10 +149,12 @@ type Elector struct {
 
 	running   sync.Mutex
 	handedOff bool // the last term handed the lease off; Run's goroutine only
-	// lastToken and lastStart are the token and the database's start
-	// (Lease.AcquiredAt) of the last term led. Run's goroutine only.
+	// lastToken is the token of the last term led: this elector never
+	// leads a token at or below it. Run's goroutine only.
 	lastToken int64
-	lastStart time.Time
+	// rehearsalFailed is set once a hand-off rehearsal failed and said so
+	// at Warn; later failures are logged at Debug.
+	rehearsalFailed atomic.Bool
 	// floor is the last fence floor read, and floorRead whether there is
 	// one; see campaign. Run's goroutine only.
 	floor     int64
@@ -362,21 +365,28 @@ func (e *Elector) Run(ctx context.Context) error {
 			if !wait.Sleep(ctx, retry) {
 				return nil
 			}
-		case won && lease.Token == e.lastToken && lease.AcquiredAt.Equal(e.lastStart):
-			// The term this elector led last, still in the row as handed
-			// to it (a term believed on a read is confirmed only by its
-			// first renewal): the release or hand-off that ended it did
-			// not take effect, and the campaign confirmed it. It has
-			// ended; end it in the database too rather than lead its
-			// token twice.
+		case won && lease.Token <= e.lastToken:
+			// A term this elector led already, or one before it: most
+			// often the term it led last, still in the row as handed to
+			// it (a term believed on a read is confirmed only by its
+			// first renewal), when the release or hand-off that ended it
+			// did not take effect and the campaign confirmed it; or a
+			// row restored by a failover that lost the later ones. Its
+			// token was led, or superseded by one that was; end it in
+			// the database too rather than lead a token twice or lead
+			// one below the fence.
 			failures = 0
+			if lease.Token < e.lastToken {
+				e.log.Warn("won a term below the last one this elector led (lease data lost or restored?); ending it",
+					"token", lease.Token, "last_token", e.lastToken)
+			}
 			e.release(ctx, e.log.With("token", lease.Token), lease.Token, ReasonFinished)
 			if !e.handedOff && !wait.Sleep(ctx, e.spec.CampaignEvery) {
 				return nil
 			}
 		case won:
 			failures = 0
-			e.lastToken, e.lastStart = lease.Token, lease.AcquiredAt
+			e.lastToken = lease.Token
 			if e.leadUnwatched(ctx, lease.Token, sent, bound, announce, unwatch) {
 				unwatch = func() {}
 				if ctx.Err() == nil {
@@ -442,7 +452,9 @@ func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time
 // release event. While the watcher is not listening it looks at least every
 // CampaignEvery, less up to 10% jitter. A checked hand-off event (see
 // [Event]) that confirmed a term ends the wait with that event; one that did
-// not is a fresh read of the lease, whose expiry the wait takes on. It
+// not is a fresh read of the lease, whose expiry ends the wait if it is
+// sooner (a hint never makes a candidate wait longer, nor lets its
+// registration lapse). It
 // reports whether a release event ended the wait, the confirmed hand-off if
 // one did, and whether ctx is still live.
 func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time) (hinted bool, took *Event, live bool) {
@@ -481,13 +493,19 @@ func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan 
 			case ev.Kind == EventHandedOff && ev.Checked && ev.Acquired:
 				return false, &ev, true
 			case ev.Kind == EventHandedOff && ev.Checked && ev.Err == nil:
-				// A read as good as a campaign's: the watcher already
-				// limits how often a forged hint makes it look.
+				// A fresh read, which the watcher takes no more often
+				// than HeedEvery however many hints are forged. It may
+				// bring the next campaign forward, never put it off: only
+				// a campaign registers this replica as a candidate again,
+				// and its registration outlasts the expiry that campaign
+				// read by Margin only.
 				if !ev.Lease.Held() {
 					return true, nil, true
 				}
-				expiry = ev.Sent.Add(min(ev.Lease.Remaining(), e.spec.TTL))
-				e.setState(StateWaiting, expiry)
+				if at := ev.Sent.Add(min(ev.Lease.Remaining(), e.spec.TTL)); at.Before(expiry) {
+					expiry = at
+					e.setState(StateWaiting, expiry)
+				}
 			}
 			timer.Reset(next())
 		}
@@ -978,7 +996,9 @@ func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64, re
 		released, successor, err = e.handoffer.HandOff(rctx, e.spec.Key, e.opts.Owner, token, "")
 		e.handedOff = err == nil && successor != ""
 		if e.handedOff {
-			log.Info("handed the lease off", "successor", successor, "successor_token", token+1)
+			// Not token + 1: after a move to a new token epoch the
+			// successor draws above the epoch's base.
+			log.Info("handed the lease off", "successor", successor)
 		}
 	} else {
 		released, err = e.backend.Release(rctx, e.spec.Key, e.opts.Owner, token)
@@ -1008,17 +1028,23 @@ func (e *Elector) withdraw(ctx context.Context) {
 const rehearseAfter = 100 * time.Millisecond
 
 // prepareHandOff lets the backend load, off the hand-off's path, what the
-// term's hand-off will need on its connection.
+// term's hand-off will need on its connection, with the Spec's TTL, which
+// the real calls use. It is an optimisation: a failure costs the hand-off
+// time, not correctness, and is logged at Warn the first time only.
 func (e *Elector) prepareHandOff(ctx context.Context) {
 	w, ok := e.backend.(interface {
-		prepareHandOff(context.Context, string, string) error
+		prepareHandOff(context.Context, string, string, time.Duration) error
 	})
 	if !ok || e.handoffer == nil {
 		return
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.RenewEvery)
 	defer cancel()
-	if err := w.prepareHandOff(pctx, e.spec.Key, e.opts.Owner); err != nil {
-		e.log.Debug("preparing the hand-off failed", "err", err)
+	if err := w.prepareHandOff(pctx, e.spec.Key, e.opts.Owner, e.spec.TTL); err != nil {
+		if e.rehearsalFailed.CompareAndSwap(false, true) {
+			e.log.Warn("preparing the hand-off failed; hand-offs run without it, slower (said once per Elector)", "err", err)
+		} else {
+			e.log.Debug("preparing the hand-off failed", "err", err)
+		}
 	}
 }

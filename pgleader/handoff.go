@@ -120,9 +120,11 @@ func (p *Postgres) HandOff(ctx context.Context, key, owner string, token int64, 
 
 // handOffHint builds the hint from the committed row, in its own implicit
 // transaction: the successor's name is known only once hand_off ran, and
-// both go out in one write.
+// both go out in one write. A row handed off above the ended term's token
+// is the hand-off: its token is token + 1, or more when a move to a new
+// token epoch (migrations/0008) raised the draw while the term held on.
 const handOffHint = `SELECT pg_notify('pgleader', CASE
-    WHEN l.holder IS NOT NULL AND l.token = $2::bigint + 1
+    WHEN l.holder IS NOT NULL AND l.handed_off AND l.token > $2::bigint
     THEN 'handoff ' || octet_length(l.holder) || ' ' || l.holder || ' ' || $1
     ELSE 'release 0 ' || $1 END)
   FROM (SELECT 1) AS one LEFT JOIN pgleader.lease AS l ON l.key = $1`
@@ -247,15 +249,15 @@ func (p *Postgres) Withdraw(ctx context.Context, key, owner string) error {
 	return nil
 }
 
-// prepareHandOff rehearses a hand-off (see rehearse) on the connection the
-// term's hand-off will use, so that the hand-off does not pay for loading
-// what it runs.
-func (p *Postgres) prepareHandOff(ctx context.Context, _, _ string) error {
+// prepareHandOff rehearses a hand-off (see rehearse) with the term's ttl
+// on the connection the term's hand-off will use, so that the hand-off does
+// not pay for loading what it runs.
+func (p *Postgres) prepareHandOff(ctx context.Context, _, _ string, ttl time.Duration) error {
 	return p.with(ctx, func(_ DB, pg *pgconn.PgConn) error {
 		if pg == nil {
 			return nil
 		}
-		return rehearse(ctx, pg)
+		return rehearse(ctx, pg, ttl)
 	})
 }
 
@@ -269,18 +271,24 @@ func (p *Postgres) prepareHandOff(ctx context.Context, _, _ string) error {
 // always is the first: a replica hands off once, when it stops (on the
 // bench machine the first hand_off of a session took 1.9 ms, a later one
 // 1.1 ms; a first take 1.3 ms, a later one 1.0 ms).
-func rehearse(ctx context.Context, pg *pgconn.PgConn) error {
+//
+// Every TTL in it is ttl, the one the real calls use: that is at most
+// max_ttl, which a rehearsal must work under, whatever it is set to.
+func rehearse(ctx context.Context, pg *pgconn.PgConn, ttl time.Duration) error {
+	if err := CheckTTL(ttl); err != nil {
+		return err
+	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	key := "pgleader.rehearsal." + hex.EncodeToString(b) // hex: safe in a literal
 	sql := fmt.Sprintf(`BEGIN;
-SELECT acquired FROM pgleader.campaign('%[1]s', '%[2]s.a', '1 minute', 0, NULL, 0, NULL);
-SELECT acquired FROM pgleader.campaign('%[1]s', '%[2]s.b', '1 minute', 0, NULL, 0, '1 minute');
+SELECT acquired FROM pgleader.campaign('%[1]s', '%[2]s.a', '%[3]d microseconds', 0, NULL, 0, NULL);
+SELECT acquired FROM pgleader.campaign('%[1]s', '%[2]s.b', '%[3]d microseconds', 0, NULL, 0, '%[3]d microseconds');
 SELECT released FROM pgleader.hand_off('%[1]s', '%[2]s.a', (SELECT token FROM pgleader.lease WHERE key = '%[1]s'));
-SELECT acquired FROM pgleader.take('%[1]s', '%[2]s.b', '1 minute', '1 second');
-SELECT acquired FROM pgleader.take('%[1]s', '%[2]s.b', '1 minute');
-SELECT resign FROM pgleader.renew_term('%[1]s', '%[2]s.b', (SELECT token FROM pgleader.lease WHERE key = '%[1]s'), '1 minute', NULL);
-ROLLBACK`, key, rehearsalOwner)
+SELECT acquired FROM pgleader.take('%[1]s', '%[2]s.b', '%[3]d microseconds', '%[4]d microseconds');
+SELECT acquired FROM pgleader.take('%[1]s', '%[2]s.b', '%[3]d microseconds');
+SELECT resign FROM pgleader.renew_term('%[1]s', '%[2]s.b', (SELECT token FROM pgleader.lease WHERE key = '%[1]s'), '%[3]d microseconds', NULL);
+ROLLBACK`, key, rehearsalOwner, ttl.Microseconds(), (ttl / 2).Microseconds())
 	_, err := pg.Exec(ctx, sql).ReadAll()
 	if s := pg.TxStatus(); s == 'T' || s == 'E' {
 		// An error inside the block leaves it open (and aborted).

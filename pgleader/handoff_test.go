@@ -197,7 +197,7 @@ func TestHandOffOnStop(t *testing.T) {
 
 // TestHostileHandOffHint: a notification that names a waiting candidate as
 // the successor, while another term holds the lease, makes the candidate
-// check with the database and nothing more.
+// check with the database and nothing more: not even wait longer.
 func TestHostileHandOffHint(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -209,13 +209,25 @@ func TestHostileHandOffHint(t *testing.T) {
 	waitFor(t, "b to wait", func() bool { return b.el.Status().State == pgleader.StateWaiting })
 	before := b.el.Status().WaitUntil
 
-	if _, err := db.Pool.Exec(context.Background(), `SELECT pg_notify('pgleader', 'handoff 1 b k')`); err != nil {
+	var hinted time.Time
+	if err := db.Pool.QueryRow(context.Background(), `SELECT clock_timestamp() FROM pg_notify('pgleader', 'handoff 1 b k')`).Scan(&hinted); err != nil {
 		t.Fatal(err)
 	}
-	// The check's answer is a fresh read: b waits for the expiry it read.
-	waitFor(t, "b to take on the expiry its check read", func() bool { return !b.el.Status().WaitUntil.Equal(before) })
-	if s := b.el.Status(); s.Leading || s.Terms != 0 {
-		t.Fatalf("b after a forged hand-off hint: %+v; want not leading", s)
+	// b's LISTEN connection checks with the database (pgleader.take).
+	waitFor(t, "b's listener to check the hint", func() bool {
+		var checked bool
+		err := db.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'pgleader listen'
+			  AND query LIKE '%pgleader.take(%' AND query_start > $1 AND state = 'idle')`, hinted).Scan(&checked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return checked
+	})
+	// The check read a's renewed expiry, later than the one b's campaign
+	// read: b keeps the sooner one.
+	if s := b.el.Status(); s.Leading || s.Terms != 0 || s.WaitUntil.After(before) {
+		t.Fatalf("b after a forged hand-off hint: %+v; want not leading, and waiting until %v at the latest", s, before)
 	}
 	l, err := a.backend.Lease(context.Background(), "k")
 	if err != nil {

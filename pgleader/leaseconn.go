@@ -22,13 +22,23 @@ const leaseApplicationName = "pgleader lease"
 const linger = 100 * time.Millisecond
 
 // leaseConn is the connection the lease operations of running electors
-// share. It is opened on first use while anyone holds it, reopened after any
-// error that may have left it in an unknown state, and closed linger after
-// the last holder lets go.
+// and sets share. It is opened on first use while anyone holds it, reopened
+// after any error that may have left it in an unknown state, and closed
+// linger after the last holder lets go.
+//
+// It runs one statement at a time, and an operation that finds it busy does
+// not wait for it alone (see [Postgres.with]): a statement may wait for long
+// on a row lock (a campaign for a key whose row an application's
+// lease-guarded transaction holds waits until its deadline), and no other
+// key's renewal may wait behind it.
 type leaseConn struct {
 	cfg *pgx.ConnConfig
 
-	mu      sync.Mutex // one statement at a time; guards the fields below
+	mu sync.Mutex // guards the fields below; never held across I/O
+	// busy is non-nil while a statement runs on conn, or conn is being
+	// opened or closed, and is closed when that ends: whoever set it owns
+	// conn until then.
+	busy    chan struct{}
 	conn    *pgx.Conn
 	holders int
 	closing *time.Timer   // closes conn linger after the last holder let go
@@ -48,67 +58,134 @@ func (lc *leaseConn) hold() func() {
 		lc.mu.Lock()
 		defer lc.mu.Unlock()
 		lc.holders--
-		if lc.holders == 0 && lc.conn != nil {
-			c := lc.conn
-			var t *time.Timer
-			d := lc.linger
-			if d == 0 {
-				d = linger
-			}
-			t = time.AfterFunc(d, func() {
-				lc.mu.Lock()
-				defer lc.mu.Unlock()
-				if lc.closing != t || lc.conn != c {
-					return // held again, or replaced, since
-				}
-				_ = c.Close(context.Background())
-				lc.conn, lc.closing = nil, nil
-			})
-			lc.closing = t
-		}
+		lc.closeIdleLocked()
 	})
 }
 
-// do runs fn on the lease connection and reports true, or reports false
-// without running it when nobody holds the connection.
-func (lc *leaseConn) do(ctx context.Context, fn func(DB, *pgconn.PgConn) error) (bool, error) {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	if lc.holders == 0 {
-		return false, nil
+// closeIdleLocked arranges for conn to close linger from now if nobody
+// holds it and no close is pending. lc.mu is held.
+func (lc *leaseConn) closeIdleLocked() {
+	if lc.holders > 0 || lc.conn == nil || lc.closing != nil {
+		return
 	}
-	if lc.conn == nil || lc.conn.IsClosed() {
+	d := lc.linger
+	if d == 0 {
+		d = linger
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		lc.mu.Lock()
+		if lc.closing != t {
+			lc.mu.Unlock()
+			return // held again since
+		}
+		lc.closing = nil
+		if lc.busy != nil {
+			// A statement runs on conn; the do that runs it arranges
+			// the close again when it ends.
+			lc.mu.Unlock()
+			return
+		}
+		c := lc.conn
+		lc.conn = nil
+		lc.busy = make(chan struct{})
+		lc.mu.Unlock()
+		if c != nil {
+			_ = c.Close(context.Background())
+		}
+		lc.done(nil)
+	})
+	lc.closing = t
+}
+
+// do runs fn on the lease connection and reports true. Without running fn
+// it reports false, and nil when nobody holds the connection, or the
+// channel that is closed when the statement running on it ends.
+func (lc *leaseConn) do(ctx context.Context, fn func(DB, *pgconn.PgConn) error) (bool, <-chan struct{}, error) {
+	lc.mu.Lock()
+	if lc.holders == 0 || lc.busy != nil {
+		busy := lc.busy
+		lc.mu.Unlock()
+		return false, busy, nil
+	}
+	lc.busy = make(chan struct{})
+	c := lc.conn
+	lc.mu.Unlock()
+
+	if c == nil || c.IsClosed() {
 		cfg := lc.cfg.Copy()
 		cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams)
 		if cfg.RuntimeParams == nil {
 			cfg.RuntimeParams = map[string]string{}
 		}
 		cfg.RuntimeParams["application_name"] = leaseApplicationName
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return true, err
+		var err error
+		if c, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+			lc.done(nil)
+			return true, nil, err
 		}
-		lc.conn = c
 	}
-	err := fn(lc.conn, lc.conn.PgConn())
+	err := fn(c, c.PgConn())
 	var pgErr *pgconn.PgError
 	if err != nil && !errors.As(err, &pgErr) {
 		// A network error or a cancelled context: the connection's state
 		// is unknown, so the next operation starts on a new one.
-		_ = lc.conn.Close(context.Background())
-		lc.conn = nil
+		_ = c.Close(context.Background())
+		c = nil
 	}
-	return true, err
+	lc.done(c)
+	return true, nil, err
 }
 
-// with runs fn on the lease connection while an Elector runs, else on
-// the DB: a pool connection where db is a pool, so that Release can
-// pipeline.
+// done ends what set busy, leaving c as the connection, and arranges its
+// close if every holder let go meanwhile.
+func (lc *leaseConn) done(c *pgx.Conn) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	lc.conn = c
+	close(lc.busy)
+	lc.busy = nil
+	lc.closeIdleLocked()
+}
+
+// with runs fn on the lease connection while an Elector or a Set runs,
+// else on the DB: a pool connection where db is a pool, so that Release can
+// pipeline. While another statement runs on the lease connection, fn runs
+// on whichever comes first: the lease connection once that statement ends,
+// or a pool connection. So a statement that waits for long holds up no
+// other, and while the pool is exhausted (by bodies that hold its
+// connections) fn still runs on the lease connection.
 func (p *Postgres) with(ctx context.Context, fn func(DB, *pgconn.PgConn) error) error {
-	if p.lease != nil {
-		if done, err := p.lease.do(ctx, fn); done {
+	for p.lease != nil {
+		done, busy, err := p.lease.do(ctx, fn)
+		if done {
 			return err
 		}
+		if busy == nil {
+			break // nobody holds the lease connection
+		}
+		pool, ok := p.db.(*pgxpool.Pool)
+		if !ok {
+			break
+		}
+		actx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-busy:
+				cancel()
+			case <-actx.Done():
+			}
+		}()
+		c, err := pool.Acquire(actx)
+		cancel()
+		if err == nil {
+			defer c.Release()
+			return fn(c, c.Conn().PgConn())
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		// The lease connection is free again: try it.
 	}
 	switch db := p.db.(type) {
 	case *pgxpool.Pool:

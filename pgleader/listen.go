@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +57,8 @@ type listener struct {
 	count     int
 	listening bool
 	reprobe   time.Duration // the first wait after a probe found no delivery
+
+	rehearsalFailed atomic.Bool // a rehearsal failed and said so at Warn
 }
 
 type watch struct {
@@ -257,9 +260,12 @@ func (l *listener) session(ctx context.Context) error {
 	l.mu.Unlock()
 	resync := len(checks)
 	if resync > 0 {
+		// With a candidate's TTL, which its takes use: at most max_ttl.
 		var pgErr *pgconn.PgError
-		if err := rehearse(ctx, conn.PgConn()); err != nil && !errors.As(err, &pgErr) {
+		if err := rehearse(ctx, conn.PgConn(), checks[0].cand.TTL); err != nil && !errors.As(err, &pgErr) {
 			return err
+		} else if err != nil && l.rehearsalFailed.CompareAndSwap(false, true) {
+			l.log.Warn("rehearsing a hand-off on the LISTEN connection failed; a successor's check runs without it, slower (said once per backend)", "err", err)
 		} else if err != nil {
 			l.log.Debug("rehearsing a hand-off failed", "err", err)
 		}

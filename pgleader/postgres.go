@@ -29,13 +29,17 @@ type DB interface {
 // single *pgx.Conn is not). Share one Postgres among the Electors of a
 // process: they then share its LISTEN connection and its lease connection.
 //
-// Over a *pgxpool.Pool, while any Elector's Run is running, the lease
+// Over a *pgxpool.Pool, while any Elector's or Set's Run is running, the lease
 // operations of the backend go through one connection of their own, opened
 // from the pool's configuration (application_name "pgleader lease") and
 // closed 100 ms after the last Run returns: a body that holds every
 // connection of the pool cannot starve its own renewals, and no pool health
-// check sits on a renewal's or a handover's path. Calls made outside a Run
-// use the pool. The LISTEN connection, too, closes 100 ms after its last
+// check sits on a renewal's or a handover's path. That connection runs one
+// statement at a time; an operation that finds it busy runs on it once it
+// is free or on a pool connection, whichever comes first, so a statement
+// that waits for long on one key (a campaign behind an application's
+// lease-guarded transaction on that key's row) does not hold up the other
+// keys' renewals. Calls made outside a Run use the pool. The LISTEN connection, too, closes 100 ms after its last
 // watcher stops watching. Ending a session costs the server a process exit;
 // the delay keeps that off the path of the successor of a hand-off, which
 // confirms its term in those milliseconds, and a Run that starts within it

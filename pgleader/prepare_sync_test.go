@@ -75,7 +75,7 @@ func (b *preparing) Candidates(context.Context, string) ([]Candidate, error) { r
 
 func (b *preparing) Withdraw(context.Context, string, string) error { return nil }
 
-func (b *preparing) prepareHandOff(context.Context, string, string) error {
+func (b *preparing) prepareHandOff(context.Context, string, string, time.Duration) error {
 	b.mu.Lock()
 	b.prepared = append(b.prepared, time.Now())
 	b.mu.Unlock()

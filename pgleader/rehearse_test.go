@@ -27,7 +27,7 @@ func TestRehearsalLeavesNothing(t *testing.T) {
 	}
 	c := db.Conn(t)
 	for range 3 {
-		if err := pgleader.Rehearse(ctx, c.PgConn()); err != nil {
+		if err := pgleader.Rehearse(ctx, c.PgConn(), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if s := c.PgConn().TxStatus(); s != 'I' {
@@ -56,7 +56,7 @@ func TestRehearsalLeavesNothing(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `ALTER FUNCTION pgleader.take(text, text, interval) RENAME TO take_gone`); err != nil {
 		t.Fatal(err)
 	}
-	if err := pgleader.Rehearse(ctx, c.PgConn()); err == nil {
+	if err := pgleader.Rehearse(ctx, c.PgConn(), time.Minute); err == nil {
 		t.Fatal("a rehearsal without pgleader.take succeeded")
 	}
 	if s := c.PgConn().TxStatus(); s != 'I' {
