@@ -69,6 +69,10 @@ type Report struct {
 	// LostTerms won terms lost with it (see failover.go): excused, and
 	// checked as part of that server's history.
 	LostUnits, LostTerms int
+	// UnansweredReleases counts terms ended before their expiry by a
+	// release whose answer never came and whose commit a failover may
+	// have lost (see unanswered).
+	UnansweredReleases int
 	// Failovers is, for each failover, how long until the next term began
 	// and until it wrote.
 	Failovers []FailoverFigure
@@ -224,6 +228,7 @@ func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report 
 		r.LateAfterPause += k.LateAfterPause
 		r.LostUnits += k.LostUnits
 		r.LostTerms += k.LostTerms
+		r.UnansweredReleases += k.UnansweredReleases
 		for _, v := range k.Violations {
 			if len(keys) > 1 {
 				v.Detail = "key " + key + ": " + v.Detail
@@ -485,7 +490,7 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 			}
 		}
 	}
-	settleUnanswered(terms)
+	r.UnansweredReleases += settleUnanswered(terms)
 	for _, t := range terms {
 		for _, w := range wipes {
 			// A wipe the audit recorded ends the term no later than w.
@@ -564,18 +569,21 @@ func lineage(fs []failover) map[string]int {
 // outcome serves both. A term that still believed it led when the next one
 // began had not sent its release (pgleader releases a term only once its
 // body returned), so its mayEnd is after that start, and the overlap is
-// reported.
-func settleUnanswered(terms map[TermID]*termSpan) {
+// reported. It returns how many terms it ended.
+func settleUnanswered(terms map[TermID]*termSpan) int {
 	list := sortedTerms(terms)
 	slices.SortStableFunc(list, func(a, b *termSpan) int { return a.start().Compare(b.start()) })
+	n := 0
 	for i, t := range list {
 		if t.mayEnd.IsZero() || !t.mayEnd.Before(t.end()) || i+1 == len(list) {
 			continue
 		}
 		if at := maxTime(t.mayEnd, list[i+1].start()); at.Before(t.end()) {
 			t.released = at
+			n++
 		}
 	}
+	return n
 }
 
 func sortedTerms(terms map[TermID]*termSpan) []*termSpan {

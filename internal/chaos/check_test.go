@@ -627,9 +627,9 @@ func TestCheckUnansweredReleaseLostInFailover(t *testing.T) {
 	t.Run("ended before the next term began", func(t *testing.T) {
 		t.Parallel()
 		r := unansweredReleaseStory(2300).check()
-		if !r.OK() || r.LostTerms != 1 || r.LostUnits != 1 || r.Terms != 3 {
-			t.Fatalf("violations %v, lost terms %d, lost units %d, terms %d; want none, 1, 1, 3",
-				r.Violations, r.LostTerms, r.LostUnits, r.Terms)
+		if !r.OK() || r.LostTerms != 1 || r.LostUnits != 1 || r.Terms != 3 || r.UnansweredReleases != 1 {
+			t.Fatalf("violations %v, lost terms %d, lost units %d, terms %d, ended by a release without an answer %d; want none, 1, 1, 3, 1",
+				r.Violations, r.LostTerms, r.LostUnits, r.Terms, r.UnansweredReleases)
 		}
 	})
 	t.Run("still believing when the next term began", func(t *testing.T) {
