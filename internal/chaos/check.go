@@ -69,6 +69,10 @@ type Report struct {
 	// LostTerms won terms lost with it (see failover.go): excused, and
 	// checked as part of that server's history.
 	LostUnits, LostTerms int
+	// UnansweredReleases counts terms ended before their expiry by a
+	// release whose answer never came and whose commit a failover may
+	// have lost (see unanswered).
+	UnansweredReleases int
 	// Failovers is, for each failover, how long until the next term began
 	// and until it wrote.
 	Failovers []FailoverFigure
@@ -118,6 +122,10 @@ type termSpan struct {
 	// began is when the audit recorded its acquisition (the acquiring
 	// statement's clock after it wrote the row), zero if not audited.
 	began time.Time
+	// mayEnd is the earliest instant at which a release of it whose answer
+	// never came may have committed, where the lease audit cannot rule
+	// that out (see unanswered); zero if none.
+	mayEnd time.Time
 }
 
 // start is when the term's lease began: its acquisition time, or, if later,
@@ -220,6 +228,7 @@ func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report 
 		r.LateAfterPause += k.LateAfterPause
 		r.LostUnits += k.LostUnits
 		r.LostTerms += k.LostTerms
+		r.UnansweredReleases += k.UnansweredReleases
 		for _, v := range k.Violations {
 			if len(keys) > 1 {
 				v.Detail = "key " + key + ": " + v.Detail
@@ -390,6 +399,8 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 	terms := map[TermID]*termSpan{}
 	lastChange := map[string]time.Time{} // each server's last surviving change
 	var cur *termSpan                    // the term in the lease row, as the audit walks
+	var rows []surviving                 // the row after each change of a server of the lineage
+	order := lineage(fs)
 	for _, c := range changes {
 		if c.Server != "" {
 			lastChange[c.Server] = maxTime(lastChange[c.Server], c.At)
@@ -416,6 +427,13 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 		if c.NewHolder != "" && newID != oldID {
 			cur = &termSpan{id: newID, expires: c.NewExpires, audited: true, began: c.At}
 			terms[newID] = cur
+		}
+		if n, ok := order[c.Server]; ok {
+			row := surviving{server: n, at: c.At}
+			if cur != nil && cur.released.IsZero() && cur.wiped.IsZero() {
+				row.holder = cur
+			}
+			rows = append(rows, row)
 		}
 	}
 	audited := len(changes) > 0
@@ -451,6 +469,10 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 		switch {
 		case e.Kind == KindRenew && e.Result == OK:
 			t.expires = maxTime(t.expires, e.Expires)
+		case e.Kind == KindRelease && e.Result == Failed:
+			if at, ok := unanswered(t, e, fs, rows); ok {
+				t.mayEnd = minTime(at, t.mayEnd)
+			}
 		case e.Kind == KindRelease && e.Result == OK && (!t.audited || mayBeLost(fs, e.Sent)):
 			// The release's commit time is on the server; its send is the
 			// best the replica knows (for a release lost in a failover, at
@@ -468,6 +490,7 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 			}
 		}
 	}
+	r.UnansweredReleases += settleUnanswered(terms)
 	for _, t := range terms {
 		for _, w := range wipes {
 			// A wipe the audit recorded ends the term no later than w.
@@ -477,6 +500,90 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 		}
 	}
 	return terms
+}
+
+// surviving is the lease row as the surviving audit left it after one
+// change: on the server numbered server in the lineage, at the change's
+// time, held by holder (nil if no term held it, or the audit does not know
+// which).
+type surviving struct {
+	server int
+	at     time.Time
+	holder *termSpan
+}
+
+// unanswered returns the earliest instant at which e, a release of t whose
+// answer never came, may have ended t's lease, and whether the lease audit
+// leaves that possible at all. Its outcome is unknown: it may have
+// committed at any instant after it was sent, on the server it reached.
+// Where that server's audit survived whole (no failover lost its rows),
+// the audit shows whether it committed, and ended the term if it did. So
+// it may end t only on a server that was failed over (lostBy), and only
+// if what survived of that server's history (rows, in the audit's order)
+// leaves t holding the row: it committed after that, and after it was
+// sent. A term the audit never recorded (lost in a failover itself, or an
+// audit-free history) may have been ended by it from its send.
+func unanswered(t *termSpan, e Event, fs []failover, rows []surviving) (time.Time, bool) {
+	if !t.audited {
+		return e.Sent, true
+	}
+	order := lineage(fs)
+	var at time.Time
+	for _, s := range lostBy(fs, e.Sent) {
+		// The row on s as its surviving history left it: after its last
+		// change, or the last change of a server before it in the
+		// lineage, whose row s inherited.
+		var last *surviving
+		for i := range rows {
+			if rows[i].server <= order[s] {
+				last = &rows[i]
+			}
+		}
+		if last == nil || last.holder != t {
+			continue
+		}
+		at = minTime(maxTime(e.Sent, last.at), at)
+	}
+	return at, !at.IsZero()
+}
+
+// lineage numbers the servers in the order they were primary: the first
+// one 0, each promoted standby the next number.
+func lineage(fs []failover) map[string]int {
+	order := map[string]int{}
+	for k, f := range fs {
+		if k == 0 {
+			order[f.old] = 0
+		}
+		order[f.new] = k + 1
+	}
+	return order
+}
+
+// settleUnanswered ends each term that a release whose answer never came
+// may have ended (mayEnd, before its lease ended otherwise) as late as that
+// release may have committed without the term overlapping the next one to
+// begin: at the next term's start, or at mayEnd if that is later. Property
+// 1 holds under a commit between mayEnd and that start, if any; property
+// 1b then holds the term's units to the latest such commit, so the one
+// outcome serves both. A term that still believed it led when the next one
+// began had not sent its release (pgleader releases a term only once its
+// body returned), so its mayEnd is after that start, and the overlap is
+// reported. It returns how many terms it ended.
+func settleUnanswered(terms map[TermID]*termSpan) int {
+	list := sortedTerms(terms)
+	slices.SortStableFunc(list, func(a, b *termSpan) int { return a.start().Compare(b.start()) })
+	n := 0
+	for i, t := range list {
+		if t.mayEnd.IsZero() || !t.mayEnd.Before(t.end()) || i+1 == len(list) {
+			continue
+		}
+		if at := maxTime(t.mayEnd, list[i+1].start()); at.Before(t.end()) {
+			t.released = at
+			n++
+		}
+	}
+	return n
 }
 
 func sortedTerms(terms map[TermID]*termSpan) []*termSpan {

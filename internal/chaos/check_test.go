@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -567,4 +568,105 @@ func lostReleaseStory(released bool) *story {
 		{ID: 2, Key: "k1", Op: "DELETE", At: ms(2800), OldHolder: "a", OldToken: 1, OldAcquired: ms(0), OldExpires: ms(3000), Server: "pg2"},
 	}
 	return s
+}
+
+// unansweredReleaseStory is the history of issue 24's item 10, on key k
+// of a set (timings rounded). On pg1, a wins k with token 10 at 0 and
+// renews at 1000 and 2000 (the standby has all of that); then replication
+// is cut. a's body returns and its term ends at 2300 (the set records the
+// end before it releases), and a sends its release at 2310 on a lease
+// path delayed one way by 279 ms: ReleaseTimeout (250 ms) passes first,
+// so the release is unanswered (at 2560), and it commits on pg1 at about
+// 2590. b's campaign, sent at 2599, wins k at 2600 with token 11 at once,
+// claims and writes a unit that pg1 acknowledges. pg1 is killed at 3500
+// and pg2 promoted, which holds the row as of a's renewal at 2000 (a's,
+// until 5000): a's release and b's term are lost with pg1. After pg2's
+// grace, c wins token 11 again and writes.
+//
+// With ended, a's term ends (term-end, then its release sent) at ended and
+// ended+10 ms instead: the release cannot have freed the row before it was
+// sent, and a replica whose body has not returned has not sent it.
+func unansweredReleaseStory(ended int) *story {
+	const k = "digest-publisher-17"
+	s := &story{server: "pg1"}
+	a := s.acquireKey(k, "a", 10, 0)
+	a.write(100).renew(1000).write(1100).renew(2000).write(2100)
+	end := a.event(chaos.KindTermEnd, "")
+	end.Detail, end.Local = "finished", ms(ended)
+	rel := a.event(chaos.KindRelease, chaos.Failed)
+	rel.Sent, rel.Local, rel.Err = ms(ended+10), ms(ended+260), "timeout: context deadline exceeded"
+	s.events = append(s.events, end, rel)
+	b := s.acquireKey(k, "b", 11, 2600)
+	b.lost(4, 2700)
+	s.failover("pg2", 3500, 3600, 3700)
+	c := s.acquireKey(k, "c", 11, 6800)
+	c.write(6810).write(6900)
+	s.tables.Changes = []chaos.LeaseChange{
+		{ID: 1, Key: k, Op: "INSERT", At: ms(0), NewHolder: "a", NewToken: 10, NewAcquired: ms(0), NewExpires: ms(3000), Server: "pg1"},
+		{ID: 2, Key: k, Op: "UPDATE", At: ms(1000), OldHolder: "a", OldToken: 10, OldAcquired: ms(0), OldExpires: ms(3000),
+			NewHolder: "a", NewToken: 10, NewAcquired: ms(0), NewExpires: ms(4000), Server: "pg1"},
+		{ID: 3, Key: k, Op: "UPDATE", At: ms(2000), OldHolder: "a", OldToken: 10, OldAcquired: ms(0), OldExpires: ms(4000),
+			NewHolder: "a", NewToken: 10, NewAcquired: ms(0), NewExpires: ms(5000), Server: "pg1"},
+		{ID: 4, Key: k, Op: "UPDATE", At: ms(6800), OldHolder: "a", OldToken: 10, OldAcquired: ms(0), OldExpires: ms(5000),
+			NewHolder: "c", NewToken: 11, NewAcquired: ms(6800), NewExpires: ms(9800), Server: "pg2"},
+	}
+	return s
+}
+
+// TestCheckUnansweredReleaseLostInFailover: a release whose answer never
+// came may have committed at any instant after it was sent. Where the
+// server that may have committed it was failed over, and what survived of
+// its audit leaves the term holding the row, the checker lets the release
+// end the term from its send: a term whose release was sent before the
+// next term began does not overlap it (issue 24, item 10). A term that
+// still believed it led when the next one began, and so had not sent its
+// release, does; so does one whose surviving audit shows the row taken
+// from it, and one on a server whose audit is whole.
+func TestCheckUnansweredReleaseLostInFailover(t *testing.T) {
+	t.Parallel()
+	t.Run("ended before the next term began", func(t *testing.T) {
+		t.Parallel()
+		r := unansweredReleaseStory(2300).check()
+		if !r.OK() || r.LostTerms != 1 || r.LostUnits != 1 || r.Terms != 3 || r.UnansweredReleases != 1 {
+			t.Fatalf("violations %v, lost terms %d, lost units %d, terms %d, ended by a release without an answer %d; want none, 1, 1, 3, 1",
+				r.Violations, r.LostTerms, r.LostUnits, r.Terms, r.UnansweredReleases)
+		}
+	})
+	t.Run("still believing when the next term began", func(t *testing.T) {
+		t.Parallel()
+		// a's release, sent at 2660, is the earliest it can have ended.
+		expect(t, unansweredReleaseStory(2650).check(), chaos.PropNoOverlap, "(overlap 60ms)")
+	})
+	t.Run("the surviving audit shows the row taken", func(t *testing.T) {
+		t.Parallel()
+		// pg1's audit survived up to b's acquisition, which took a's row
+		// with no release before it: the release had not committed then.
+		s := unansweredReleaseStory(2300)
+		s.tables.Changes = slices.Insert(s.tables.Changes, 3, chaos.LeaseChange{ID: 4, Key: s.tables.Changes[0].Key, Op: "UPDATE",
+			At: ms(2600), OldHolder: "a", OldToken: 10, OldAcquired: ms(0), OldExpires: ms(5000),
+			NewHolder: "b", NewToken: 11, NewAcquired: ms(2600), NewExpires: ms(5600), Server: "pg1"})
+		s.tables.Changes[4].ID, s.tables.Changes[4].OldHolder, s.tables.Changes[4].OldToken = 5, "b", 11
+		s.tables.Changes[4].OldAcquired, s.tables.Changes[4].OldExpires = ms(2600), ms(5600)
+		expect(t, s.check(), chaos.PropNoOverlap, "(overlap 2.4s)")
+	})
+	t.Run("no failover: the audit is whole", func(t *testing.T) {
+		t.Parallel()
+		// Without a failover the audit holds every change pg1 committed:
+		// no release of a's term, and b's acquisition of a's live row.
+		s := unansweredReleaseStory(2300)
+		s.events = slices.DeleteFunc(s.events, func(e chaos.Event) bool {
+			return e.Kind == chaos.KindFault || e.Kind == chaos.KindFailover || e.Owner == "c"
+		})
+		s.tables.Units = slices.DeleteFunc(s.tables.Units, func(u chaos.Unit) bool { return u.Owner == "c" })
+		s.tables.Units = append(s.tables.Units, chaos.Unit{ID: 4, Key: s.tables.Changes[0].Key, Owner: "b", Token: 11,
+			TermStart: ms(2600), Seq: 1, LoggedAt: ms(2700), Server: "pg1"})
+		s.tables.Changes[3] = chaos.LeaseChange{ID: 4, Key: s.tables.Changes[0].Key, Op: "UPDATE", At: ms(2600),
+			OldHolder: "a", OldToken: 10, OldAcquired: ms(0), OldExpires: ms(5000),
+			NewHolder: "b", NewToken: 11, NewAcquired: ms(2600), NewExpires: ms(5600), Server: "pg1"}
+		r := s.check()
+		expect(t, r, chaos.PropNoOverlap, "(overlap 2.4s)")
+		if len(r.Violations) != 1 {
+			t.Errorf("want only the overlap; got %v", r.Violations)
+		}
+	})
 }

@@ -79,7 +79,10 @@
 // replication loses, and only those: an acknowledged unit or a won term
 // that a failed-over server committed after everything that survived from
 // it. It checks them still: lost units for 1b, 2 (in the lost server's own
-// history) and 3's numbering, lost terms for 1 (see failover.go).
+// history) and 3's numbering, lost terms for 1 (see failover.go). A release
+// whose answer never came, and whose commit the lost rows may have held,
+// may have ended its term from its send: the term then ends as late as the
+// release may have committed without overlapping the next term.
 //
 // The checker is shown to fail: its tests break the store (a write without
 // the fence condition) and the yield (hook.NoYield), and feed it

@@ -29,7 +29,11 @@ import (
 //     takes part in property 1, with the lease interval its replica saw;
 //   - a release or wipe that may have committed on a server that was
 //     failed over ends a term the surviving lease table still shows as
-//     holding.
+//     holding. So may a release whose answer never came, from its send (and
+//     after the last change that survived from its server), if that
+//     server's surviving audit leaves the term holding the row; it is
+//     settled as late as it may have committed without an overlap
+//     (unanswered and settleUnanswered in check.go).
 
 // failover is one failover from the history.
 type failover struct {

@@ -118,8 +118,8 @@ func (r *Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "lease wipes:         %d (units written after their lease row was wiped: %d)\n", r.Wipes, r.WritesAfterWipe)
 	fmt.Fprintf(w, "late after a pause:  %d (units paused between Live and send, landed after the lease)\n", r.LateAfterPause)
 	if len(r.Failovers) > 0 || r.LostUnits > 0 || r.LostTerms > 0 {
-		fmt.Fprintf(w, "failovers:           %d (lost with the failed primary, excused: %d acknowledged units, %d won terms)\n",
-			len(r.Failovers), r.LostUnits, r.LostTerms)
+		fmt.Fprintf(w, "failovers:           %d (lost with the failed primary, excused: %d acknowledged units, %d won terms; %d terms ended by a release without an answer)\n",
+			len(r.Failovers), r.LostUnits, r.LostTerms, r.UnansweredReleases)
 		leader, write := r.FailoverTimes()
 		fmt.Fprintf(w, "  promotion → next term:                  %s\n", leader)
 		fmt.Fprintf(w, "  promotion → a new term's first write:   %s\n", write)
