@@ -85,6 +85,9 @@ type Report struct {
 	// RecoveryBound is what property 4 allows after a heal (see
 	// RecoveryBound).
 	RecoveryBound time.Duration
+	// RefusalCost is what property 4 adds to the bound for each claim
+	// the fence refused after the heal (see RefusalCost).
+	RefusalCost time.Duration
 	// CommitTimes is whether the log's id order was checked against the
 	// transactions' commit timestamps, not only clock_timestamp() at insert.
 	CommitTimes bool
@@ -175,6 +178,17 @@ func RecoveryBound(spec pgleader.Spec, set bool) time.Duration {
 	return b
 }
 
+// RefusalCost is what one refused claim costs a key's recovery, with
+// spec's timing: the term that drew a token the fence had passed ends as
+// refused and releases (within ReleaseTimeout), and its replica campaigns
+// again CampaignEvery later, one token higher. After the lease data was
+// lost, a replica without a FenceFloor climbs to the fence that way, one
+// refusal per token (the documented cost of going without a floor; see
+// pgleader.Options.FenceFloor), so property 4 allows it per refusal.
+func RefusalCost(spec pgleader.Spec) time.Duration {
+	return spec.CampaignEvery + spec.ReleaseTimeout
+}
+
 // Check verifies properties 1 to 4 on a run's history and the tables read
 // after it, with spec's timing, and returns the report; set says the
 // replicas ran a pgleader.Set (see RecoveryBound). The properties are per
@@ -184,7 +198,7 @@ func RecoveryBound(spec pgleader.Spec, set bool) time.Duration {
 // whose events name no key is one key.
 func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report {
 	r := &Report{Faults: map[string]int{}, EndReasons: map[string]int{},
-		RecoveryBound: RecoveryBound(spec, set)}
+		RecoveryBound: RecoveryBound(spec, set), RefusalCost: RefusalCost(spec)}
 	for _, e := range events {
 		if r.Start.IsZero() || e.Local.Before(r.Start) {
 			r.Start = e.Local
@@ -219,7 +233,7 @@ func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report 
 	heals := map[time.Time]time.Duration{}
 	for _, key := range keys {
 		kevents, ktables := partition(events, tables, key)
-		k := &Report{RecoveryBound: r.RecoveryBound}
+		k := &Report{RecoveryBound: r.RecoveryBound, RefusalCost: r.RefusalCost}
 		checkKey(k, kevents, ktables, fs)
 		r.Keys = append(r.Keys, KeyFigures{Key: key, Terms: k.Terms, TermsWrote: k.TermsWrote, Writes: len(ktables.Units)})
 		r.Terms += k.Terms
@@ -792,7 +806,8 @@ func checkContiguous(r *Report, units, lost []Unit) {
 }
 
 // checkRecovery: property 4. After each heal, some unit must be accepted
-// within r.RecoveryBound. A unit lost in a later failover counts: it was
+// within r.RecoveryBound, and r.RefusalCost more for each claim the fence
+// refused meanwhile. A unit lost in a later failover counts: it was
 // accepted.
 func checkRecovery(r *Report, events []Event, units []Unit) {
 	units = slices.Clone(units)
@@ -810,11 +825,24 @@ func checkRecovery(r *Report, events []Event, units []Unit) {
 		r.Recoveries = append(r.Recoveries, took)
 		r.healed = append(r.healed, instant(e.DB))
 		bound := max(r.RecoveryBound, graceEnd(events, e.DB, r.RecoveryBound).Add(r.RecoveryBound).Sub(e.DB))
+		bound += time.Duration(refusedClaims(events, e.DB, units[i].LoggedAt)) * r.RefusalCost
 		if took > bound {
 			r.violate(PropRecovery, "after the heal at %s the first unit was accepted %v later (bound %v)",
 				fmtTime(e.DB), took.Round(time.Millisecond), bound)
 		}
 	}
+}
+
+// refusedClaims counts the claims the fence refused that were sent from
+// since until before.
+func refusedClaims(events []Event, since, before time.Time) int {
+	n := 0
+	for _, c := range events {
+		if c.Kind == KindClaim && c.Result == Refused && !c.Sent.Before(since) && c.Sent.Before(before) {
+			n++
+		}
+	}
+	return n
 }
 
 // graceEnd returns when the server's grace (docs/ha.md) after the last

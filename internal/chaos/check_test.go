@@ -315,6 +315,41 @@ func TestCheckSetRecovery(t *testing.T) {
 	expect(t, chaos.Check(s.events, s.tables, spec, true), chaos.PropRecovery, "4.4s later (bound 4.25s)")
 }
 
+// TestCheckRecoveryAfterRefusals: after a wipe, a replica without a
+// FenceFloor climbs to the fence one refused claim at a time; property 4
+// allows RefusalCost for each refusal after the heal, and no more.
+func TestCheckRecoveryAfterRefusals(t *testing.T) {
+	t.Parallel()
+	spec := testSpec
+	spec.CampaignEvery, spec.ReleaseTimeout = 250*time.Millisecond, 250*time.Millisecond
+	if got, want := chaos.RefusalCost(spec), 500*time.Millisecond; got != want {
+		t.Fatalf("RefusalCost = %v, want %v", got, want)
+	}
+	bound := chaos.RecoveryBound(spec, true)
+	story := func(refusals int, accepted time.Duration) *story {
+		s := &story{}
+		s.heal(0)
+		for i := range refusals {
+			tm := s.acquire("a", int64(i+1), 10+i*500)
+			s.events = append(s.events, chaos.Event{Kind: chaos.KindClaim, Result: chaos.Refused, Owner: "a",
+				Token: tm.token, Term: tm.start, Sent: ms(20 + i*500), Local: ms(30 + i*500)})
+			tm.release(40 + i*500)
+		}
+		at := int(accepted / time.Millisecond)
+		s.acquire("a", int64(refusals+1), at-10).write(at)
+		return s
+	}
+	// Four refusals: the bound grows by 2s.
+	if r := chaos.Check(story(4, bound+1900*time.Millisecond).events, story(4, bound+1900*time.Millisecond).tables, spec, true); len(r.Violations) != 0 {
+		t.Fatalf("recovery within the bound plus four refusals: %v", r.Violations)
+	}
+	s := story(4, bound+2100*time.Millisecond)
+	expect(t, chaos.Check(s.events, s.tables, spec, true), chaos.PropRecovery, "later (bound")
+	// Without refusals, the plain bound.
+	s = story(0, bound+100*time.Millisecond)
+	expect(t, chaos.Check(s.events, s.tables, spec, true), chaos.PropRecovery, "later (bound")
+}
+
 // failoverStory is an asynchronous failover that loses acknowledged rows,
 // which the checker must excuse. On pg1, term a (token 1) wrote units 1
 // and 2 and renewed at 1000; all of that reached the standby pg2. Then
