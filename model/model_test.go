@@ -525,6 +525,7 @@ func TestHandOffMatchesGo(t *testing.T) {
 		{"pgleader.hand_off(", "WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR UPDATE;"},
 		{"pgleader.hand_off(", "WHERE k.key = p_key AND k.owner <> p_owner AND k.expires_at > t"},
 		{"pgleader.hand_off(", "SET holder = c.owner, token = l.token + 1,"},
+		{"pgleader.hand_off(", "IF t >= g.grace_until AND r.token < 9223372036854775807 THEN"},
 		{"pgleader.hand_off(", "expires_at = least(c.expires_at, t + g.max_ttl)"},
 		{"pgleader.hand_off(", "handed_off = true, transfer_to = NULL"},
 	} {
@@ -540,10 +541,11 @@ func TestHandOffMatchesGo(t *testing.T) {
 	for file, wants := range map[string][]string{
 		"lease.pml": {
 			"#define CAND_EXP CAND_TTL",
-			"#define TAKE_OK (holder == i + 1 && hoff && expires > now)",
+			"#define TAKE_OK (holder == i + 1 && hoff && expires > now && HOFF_GRACE_OK)",
 			"expires = now + TTL; hoff = false; r[i].cexp = 0;",
-			"ltoken++; holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;",
-			":: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now ->",
+			"ltoken = (ltoken > DRAW_BASE -> ltoken : DRAW_BASE) + 1;",
+			"holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;",
+			":: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now && HOFF_GRACE_OK ->",
 			":: expires >= now + KEEP ->\n\t\ttkBound = expires - now;",
 			"expires = now + TTL; r[i].rep = P_OK; HOFF_CLEAR;",
 			"#define TAKE_NEW (ltoken > r[i].last || MUTANT_RELEAD)",
