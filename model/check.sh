@@ -82,7 +82,7 @@ check() {
 	); then
 		echo FAILED >"$dir/result"
 		printf '%-30s %-6s %-7s %s\n' "$name" "$expect" FAILED "spin or $CC failed" >"$dir/row"
-		{ echo "model: $name: spin or $CC failed:"; cat "$dir"/spin.out "$dir"/cc.out 2>/dev/null; } >"$dir/error"
+		{ echo "model: $name: spin or $CC failed:"; cat "$dir"/spin.out "$dir"/cc.out 2>/dev/null || true; } >"$dir/error"
 		printf 'model: %-30s FAILED (spin or %s failed, %ss)\n' "$name" "$CC" $((SECONDS - t0))
 		return
 	fi
@@ -119,7 +119,7 @@ for c in "${checks[@]}"; do
 done
 [ ${#run[@]} -gt 0 ] || { echo "model: no check named $*" >&2; exit 1; }
 
-echo "model: ${#run[@]} checks, $JOBS at a time"
+echo "model: ${#run[@]} check(s), $JOBS at a time"
 start=$SECONDS
 running=0
 for c in "${run[@]}"; do

@@ -556,6 +556,17 @@ func TestHandOffMatchesGo(t *testing.T) {
 			"r[i].rnext = r[i].tb + RENEW_EVERY;",
 			"r[i].repTok == r[i].last && !MUTANT_RELEAD ->",
 			"r[i].req = R_HOFF; r[i].reqArg = r[i].repTok; dbExec(i);",
+			// With a failover (issue 24): hand_off releases in the grace,
+			// and campaign and take confirm a handed-off row only outside
+			// it (migration 0011); every lease call but release notices.
+			"#define HOFF_GRACE_OK (!INGRACE)",
+			":: holder == i + 1 && ltoken == r[i].reqArg && r[i ^ 1].cexp > now && !INGRACE ->",
+			":: r[i].req == R_ACQ || r[i].req == R_RENEW || r[i].req == R_HOFF -> GRACE_NOTICE",
+			"#if defined(FAILOVER) && MAX_TTL < CAND_TTL\n#define CAND_EXP MAX_TTL",
+		},
+		"check.sh": {
+			`"handoff-failover|pass|-DHANDOFF -DFAILOVER -DRESTARTS=1 `,
+			`"mutant-handoff-grace-confirm|fail|-DHANDOFF -DFAILOVER -DRESTARTS=1 -DRETURNS=2 -DMUTANT_HANDOFF_GRACE_CONFIRM `,
 		},
 		// The successor's timeline counts from when the check was sent,
 		// which is bounded by the yield instant.
