@@ -45,6 +45,7 @@ checks=(
 	"handoff|pass|-DHANDOFF -DFAULT_BUDGET=1"
 	"liveness-handoff|pass|-DHANDOFF -DFENCE0=3 -DFAULT_END=6"
 	"handoff-two-returns|pass|-DHANDOFF -DRETURNS=2 -DFAULT_BUDGET=1"
+	"handoff-restart|pass|-DHANDOFF -DRESTARTS=1 -DRETURNS=2 -DFAULT_BUDGET=1"
 	"handoff-failover|pass|-DHANDOFF -DFAILOVER -DRESTARTS=1 -DRETURNS=2 -DFAULT_BUDGET=0 -DFO_END=3"
 	"handoff-failover-fault|pass|-DHANDOFF -DFAILOVER -DRESTARTS=1 -DRETURNS=2 -DFAULT_BUDGET=1 -DFAULT_END=1 -DFO_END=1"
 	"mutant-no-yield|fail|-DMUTANT_NO_YIELD"
