@@ -566,6 +566,7 @@ func TestHandOffMatchesGo(t *testing.T) {
 		},
 		"check.sh": {
 			`"handoff-failover|pass|-DHANDOFF -DFAILOVER -DRESTARTS=1 `,
+			`"handoff-restart|pass|-DHANDOFF -DRESTARTS=1 `,
 			`"mutant-handoff-grace-confirm|fail|-DHANDOFF -DFAILOVER -DRESTARTS=1 -DRETURNS=2 -DMUTANT_HANDOFF_GRACE_CONFIRM `,
 		},
 		// The successor's timeline counts from when the check was sent,
