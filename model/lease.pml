@@ -93,19 +93,51 @@
 #if NR != 2
 #error "HANDOFF is modelled with 2 replicas: the one live candidate is the other replica"
 #endif
-#ifdef FAILOVER
-#error "HANDOFF is not modelled with FAILOVER (hand_off in the grace is release)"
-#endif
 #ifdef WIPE
 #error "HANDOFF is not modelled with WIPE"
 #endif
 /* campaign registers the candidate until now + least(p_candidate, max_ttl);
- * p_candidate is TTL + Margin (Elector.campaign), and the default max_ttl
- * (10 minutes) does not cap it. */
+ * p_candidate is TTL + Margin (Elector.campaign). Without FAILOVER the
+ * default max_ttl (10 minutes) does not cap it; with FAILOVER max_ttl is
+ * MAX_TTL (docs/ha.md: the longest TTL in use), which does. */
+#if defined(FAILOVER) && MAX_TTL < CAND_TTL
+#define CAND_EXP MAX_TTL
+#else
 #define CAND_EXP CAND_TTL
+#endif
 #if TMAX + CAND_EXP > 31
 #error "TMAX + CAND_TTL must fit in 5 bits"
 #endif
+#endif
+#ifndef RESTARTS
+#define RESTARTS 0             /* times a replica that is not leading restarts (a fresh Elector, same Owner) */
+#endif
+#if RESTARTS > 0 && !defined(HANDOFF)
+#error "RESTARTS is modelled with HANDOFF: a restart forgets Elector.lastToken"
+#endif
+/* P5's exemption: a restarted replica may lead again a term its previous
+ * Elector led (a hand-off or release lost): its claim is refused */
+#if RESTARTS > 0
+#define RESTARTED(i) (r[i].wrTok <= r[i].pre)
+#else
+#define RESTARTED(i) 0
+#endif
+#ifdef MUTANT_HANDOFF_GRACE_CONFIRM /* before migration 0011: take and campaign confirm a handed-off row in the grace */
+#if !defined(HANDOFF) || !defined(FAILOVER)
+#error "MUTANT_HANDOFF_GRACE_CONFIRM needs HANDOFF and FAILOVER"
+#endif
+#endif
+/* A local clock starts at LC0. A handed-off term's base is its take's send
+ * instant less (TTL - what it had left). With max_ttl capping the candidate
+ * row at TTL, and a new server whose clock is ahead reading the copied row
+ * as expiring earlier, that base can lie before a clock that started at 0
+ * (less the tick it lost), so with HANDOFF and FAILOVER the clocks start
+ * later by DRIFT + MAX_CLOCK_OFFSET (only intervals of one local clock are
+ * compared, so where they start changes nothing else). */
+#if defined(HANDOFF) && defined(FAILOVER)
+#define LC0 (DRIFT + MAX_CLOCK_OFFSET)
+#else
+#define LC0 0
 #endif
 #ifdef MUTANT_MARGIN0          /* Margin 0 (the clocks still drift) */
 #undef MARGIN
@@ -160,6 +192,14 @@
 #define GRACE_OFFSET 0
 #else
 #define GRACE_OFFSET MAX_CLOCK_OFFSET
+#endif
+/* campaign and take confirm a term handed to the caller only outside the
+ * grace (migration 0011): every handed-off row seen in the grace was
+ * written by the old server, and may be one that lost rows superseded. */
+#ifdef MUTANT_HANDOFF_GRACE_CONFIRM
+#define HOFF_GRACE_OK (!INGRACE || expires > now + GRACE_OFFSET)
+#else
+#define HOFF_GRACE_OK (!INGRACE)
 #endif
 
 /* ---- replica states (Run in pgleader/elector.go) ---- */
@@ -234,6 +274,9 @@ typedef Replica_t {
 	unsigned tkSeq : W5;
 	unsigned tkB : W5;      /* what the term had left when that take ran */
 	unsigned last : W5;     /* Elector.lastToken: the token of the last term led */
+#if RESTARTS > 0
+	unsigned pre : W5;      /* ghost: the highest token led before the replica's last restart */
+#endif
 #else
 	unsigned req : 2;       /* a statement delayed on its way */
 #endif
@@ -261,6 +304,9 @@ bit led;                  /* P4: a claim was accepted since the last tick */
 #ifdef HANDOFF
 bit hoff;                 /* lease.handed_off */
 unsigned tkBound : W5;    /* scratch: what a handed-off term had left when take ran */
+#if RESTARTS > 0
+unsigned restarts : 2;    /* replicas restarted so far */
+#endif
 #endif
 #ifdef FAILOVER
 #define FO_NONE 0
@@ -273,6 +319,11 @@ unsigned cHolder : 2;     /* the copy of the lease row */
 unsigned cToken : W5;
 unsigned cExpires : W5;
 unsigned foMax : W5;      /* P3: the highest token the old server issued */
+#ifdef HANDOFF
+bit cHoff;                /* the copy of lease.handed_off and of the candidate rows */
+unsigned cCexp0 : W5;
+unsigned cCexp1 : W5;
+#endif
 #ifdef STORE_SAME
 unsigned cFence : W5;     /* the copy of the store, and P2's ghosts with it */
 unsigned cFenceSeq : W5;
@@ -366,36 +417,50 @@ unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 #define HOFF_LAST skip
 #endif
 
+/* _grace: the first lease call on the new server (acquire or campaign,
+ * renew, hand_off, take; not release) notices */
+#if defined(FAILOVER) && !defined(MUTANT_NO_GRACE)
+#define GRACE_NOTICE \
+	if \
+	:: fo == FO_DONE && epochEmpty -> \
+		epochEmpty = false; graceUntil = now + MAX_TTL; \
+		printf("t%d db: grace until t%d\n", now, graceUntil) \
+	:: else \
+	fi
+#else
+#define GRACE_NOTICE skip
+#endif
+
 /* ---- the database runs replica i's statement (migrations/0001_lease.up.sql) ---- */
 inline dbExec(i) {
-#if defined(FAILOVER) && !defined(MUTANT_NO_GRACE)
-	/* _grace: the first acquire or renew on the new server notices */
 	if
-	:: fo == FO_DONE && epochEmpty && (r[i].req == R_ACQ || r[i].req == R_RENEW) ->
-		epochEmpty = false; graceUntil = now + MAX_TTL;
-		printf("t%d db: grace until t%d\n", now, graceUntil)
+	:: r[i].req == R_ACQ || r[i].req == R_RENEW || r[i].req == R_HOFF -> GRACE_NOTICE
 	:: else
 	fi;
-#endif
 	if
 #ifdef HANDOFF
-	:: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now ->
+	:: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now && HOFF_GRACE_OK ->
 		/* campaign confirms a term handed to this owner, as take does */
 		expires = now + TTL; hoff = false; r[i].cexp = 0;
 		r[i].rep = P_WON; r[i].repTok = ltoken; r[i].repSeq = seqN;
 		printf("t%d db: campaign r%d confirms handed-off token %d, expires %d\n", now, i, ltoken, expires)
 	:: r[i].req == R_HOFF ->
 		if
-		:: holder == i + 1 && ltoken == r[i].reqArg && r[i ^ 1].cexp > now ->
+		:: holder == i + 1 && ltoken == r[i].reqArg && r[i ^ 1].cexp > now && !INGRACE ->
 			PROP(0, ltoken < 31 && seqN < 31);
-			ltoken++; holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;
+			/* token + 1, raised past the epoch's token_min by lease_draw */
+			ltoken = (ltoken > DRAW_BASE -> ltoken : DRAW_BASE) + 1;
+#ifdef FAILOVER
+			PROP(0, FAILED || ltoken < EPOCH_BASE);
+#endif
+			holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;
 			hoff = true; seqN++;
 			r[0].cexp = 0; r[1].cexp = 0;
 			PROP(3, ltoken > maxIssued);
 			maxIssued = ltoken;
 			printf("t%d db: hand_off r%d token %d -> r%d token %d, expires %d\n", now, i, r[i].reqArg, i ^ 1, ltoken, expires)
-		:: holder == i + 1 && ltoken == r[i].reqArg && r[i ^ 1].cexp <= now ->
-			/* no live candidate: release */
+		:: holder == i + 1 && ltoken == r[i].reqArg && (r[i ^ 1].cexp <= now || INGRACE) ->
+			/* no live candidate, or the server's grace: release */
 			holder = 0; expires = 0; hoff = false; r[i].cexp = 0;
 			printf("t%d db: hand_off r%d token %d -> released\n", now, i, r[i].reqArg)
 		:: else
@@ -489,7 +554,7 @@ inline storeExec(i) {
 		/* P5: the fence never refuses a live term (lease row intact),
 		 * except one whose token the old server had issued before a
 		 * failover (docs/ha.md, Tokens: the second holder is refused). */
-		PROP(5, wiped || !live || (FAILED && r[i].wrTok <= foMax))
+		PROP(5, wiped || !live || (FAILED && r[i].wrTok <= foMax) || RESTARTED(i))
 	fi;
 	if
 	:: r[i].st == LEAD && r[i].tseq == r[i].wrSeq ->
@@ -589,13 +654,14 @@ inline endTerm(i) {
 #define HINT    (!r[i].paused && r[i].st != LEAD && !r[i].tkDel)
 /* pgleader.take finds a term handed to i: the row names i in a handed-off
  * unexpired term */
-#define TAKE_OK (holder == i + 1 && hoff && expires > now)
+#define TAKE_OK (holder == i + 1 && hoff && expires > now && HOFF_GRACE_OK)
 /* ... and Run leads it only if it is later than the last term it led */
 #define TAKE_NEW (ltoken > r[i].last || MUTANT_RELEAD)
 /* take(p_keep): with at least KEEP left it answers from a read and the
  * term keeps the hand-off's expiry; else it confirms, TTL from now. tkBound
  * is what the term has left, the bound lead counts from the check's send. */
 inline takeExec(i) {
+	GRACE_NOTICE;
 	if
 	:: expires >= now + KEEP ->
 		tkBound = expires - now;
@@ -649,6 +715,23 @@ inline takeExec(i) {
 #define HOFF_FIN   skip
 #define HOFF_UNFIN skip
 #define HANDOFF_STEPS
+#endif
+#if defined(HANDOFF) && defined(FAILOVER)
+/* a take that finds no term handed to i still notices a new server */
+#define TAKE_NOTICE_STEP \
+	:: d_step { HINT && !TAKE_OK && fo == FO_DONE && epochEmpty -> printf("t%d r%d: hint, take finds nothing\n", now, i); GRACE_NOTICE }
+#else
+#define TAKE_NOTICE_STEP
+#endif
+#if RESTARTS > 0
+/* the replica's process restarts between campaigns: a fresh Elector with
+ * the same Owner (the pod name), whose lastToken is 0. Its rows stay. */
+#define RESTART_STEP \
+	:: d_step { restarts < RESTARTS && !r[i].paused && r[i].st == IDLE && r[i].req == R_NONE && r[i].rep == P_NONE && !r[i].tkDel -> \
+		restarts++; r[i].pre = (r[i].last > r[i].pre -> r[i].last : r[i].pre); r[i].last = 0; r[i].wake = r[i].lc; \
+		printf("t%d r%d: restarts (a fresh Elector, same Owner)\n", now, i) }
+#else
+#define RESTART_STEP
 #endif
 
 inline campaignSend(i) {
@@ -724,6 +807,8 @@ end:
 	/* -- not urgent: the body, delayed statements, faults, drift -- */
 	STORE(WRITES, WRITE_SEND)
 	HANDOFF_STEPS
+	TAKE_NOTICE_STEP
+	RESTART_STEP
 	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && returns < RETURNS ->
 		returns++; r[i].bodyOn = false; HOFF_FIN; printf("t%d r%d: body returns\n", now, i) }
 	:: d_step { !r[i].paused && r[i].rep != P_NONE && r[i].repDel -> consume(i); CHECK_P1 }
@@ -772,11 +857,22 @@ inline tickClock(i) {
 		expires = (cHolder != 0 -> cExpires + (OFF) : 0); \
 		foMax = maxIssued; RESET_MAX_ISSUED; \
 		STORE_ROLLBACK; \
+		HOFF_RESTORE(OFF); \
 		r[0].req = R_NONE; r[0].reqArg = 0; r[1].req = R_NONE; r[1].reqArg = 0; \
 		DROP_REQ_3; \
 		fo = FO_DONE; epochEmpty = true; cHolder = 0; cToken = 0; cExpires = 0; \
 		printf("t%d db: failover: the new server has the copy, token %d, its clock %d behind\n", now, ltoken, OFF); \
 		CHECK_P1 }
+#ifdef HANDOFF
+#define HOFF_RESTORE(OFF) \
+	hoff = cHoff; \
+	r[0].cexp = (cCexp0 != 0 -> cCexp0 + (OFF) : 0); r[1].cexp = (cCexp1 != 0 -> cCexp1 + (OFF) : 0); \
+	cHoff = 0; cCexp0 = 0; cCexp1 = 0
+#define HOFF_COPY cHoff = hoff; cCexp0 = r[0].cexp; cCexp1 = r[1].cexp
+#else
+#define HOFF_RESTORE(OFF) skip
+#define HOFF_COPY skip
+#endif
 #ifdef MUTANT_NO_EPOCH
 #define RESET_MAX_ISSUED maxIssued = ltoken
 #else
@@ -833,7 +929,7 @@ end:
 		CHECK_P1 }
 #ifdef FAILOVER
 	:: d_step { fo == FO_NONE && now < FO_END ->
-		fo = FO_COPY; cHolder = holder; cToken = ltoken; cExpires = expires;
+		fo = FO_COPY; cHolder = holder; cToken = ltoken; cExpires = expires; HOFF_COPY;
 #ifdef STORE_SAME
 		cFence = fence; cFenceSeq = fenceSeq; cMaxSeqW = maxSeqW;
 #endif
@@ -854,6 +950,7 @@ init {
 	atomic {
 		byte i;
 		for (i : 0 .. NR - 1) {
+			r[i].lc = LC0;
 			run Replica(i)
 		}
 		run Clock()

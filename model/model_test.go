@@ -525,6 +525,7 @@ func TestHandOffMatchesGo(t *testing.T) {
 		{"pgleader.hand_off(", "WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR UPDATE;"},
 		{"pgleader.hand_off(", "WHERE k.key = p_key AND k.owner <> p_owner AND k.expires_at > t"},
 		{"pgleader.hand_off(", "SET holder = c.owner, token = l.token + 1,"},
+		{"pgleader.hand_off(", "IF t >= g.grace_until AND r.token < 9223372036854775807 THEN"},
 		{"pgleader.hand_off(", "expires_at = least(c.expires_at, t + g.max_ttl)"},
 		{"pgleader.hand_off(", "handed_off = true, transfer_to = NULL"},
 	} {
@@ -540,10 +541,11 @@ func TestHandOffMatchesGo(t *testing.T) {
 	for file, wants := range map[string][]string{
 		"lease.pml": {
 			"#define CAND_EXP CAND_TTL",
-			"#define TAKE_OK (holder == i + 1 && hoff && expires > now)",
+			"#define TAKE_OK (holder == i + 1 && hoff && expires > now && HOFF_GRACE_OK)",
 			"expires = now + TTL; hoff = false; r[i].cexp = 0;",
-			"ltoken++; holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;",
-			":: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now ->",
+			"ltoken = (ltoken > DRAW_BASE -> ltoken : DRAW_BASE) + 1;",
+			"holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;",
+			":: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now && HOFF_GRACE_OK ->",
 			":: expires >= now + KEEP ->\n\t\ttkBound = expires - now;",
 			"expires = now + TTL; r[i].rep = P_OK; HOFF_CLEAR;",
 			"#define TAKE_NEW (ltoken > r[i].last || MUTANT_RELEAD)",
@@ -554,6 +556,18 @@ func TestHandOffMatchesGo(t *testing.T) {
 			"r[i].rnext = r[i].tb + RENEW_EVERY;",
 			"r[i].repTok == r[i].last && !MUTANT_RELEAD ->",
 			"r[i].req = R_HOFF; r[i].reqArg = r[i].repTok; dbExec(i);",
+			// With a failover (issue 24): hand_off releases in the grace,
+			// and campaign and take confirm a handed-off row only outside
+			// it (migration 0011); every lease call but release notices.
+			"#define HOFF_GRACE_OK (!INGRACE)",
+			":: holder == i + 1 && ltoken == r[i].reqArg && r[i ^ 1].cexp > now && !INGRACE ->",
+			":: r[i].req == R_ACQ || r[i].req == R_RENEW || r[i].req == R_HOFF -> GRACE_NOTICE",
+			"#if defined(FAILOVER) && MAX_TTL < CAND_TTL\n#define CAND_EXP MAX_TTL",
+		},
+		"check.sh": {
+			`"handoff-failover|pass|-DHANDOFF -DFAILOVER -DRESTARTS=1 `,
+			`"handoff-restart|pass|-DHANDOFF -DRESTARTS=1 `,
+			`"mutant-handoff-grace-confirm|fail|-DHANDOFF -DFAILOVER -DRESTARTS=1 -DRETURNS=2 -DMUTANT_HANDOFF_GRACE_CONFIRM `,
 		},
 		// The successor's timeline counts from when the check was sent,
 		// which is bounded by the yield instant.
