@@ -410,11 +410,15 @@ unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 	fi
 #define HOFF_CLEAR hoff = false
 #define HOFF_LAST r[i].last = r[i].repTok
+/* Run leads a won campaign only if its token is later than the last term
+ * it led (elector.go: case won && lease.Token <= e.lastToken ends it) */
+#define WON_NEW (r[i].repTok > r[i].last || MUTANT_RELEAD)
 #else
 #define HOFF_WON skip
 #define HOFF_REGISTER skip
 #define HOFF_CLEAR skip
 #define HOFF_LAST skip
+#define WON_NEW true
 #endif
 
 /* _grace: the first lease call on the new server (acquire or campaign,
@@ -573,15 +577,16 @@ inline storeExec(i) {
 inline consume(i) {
 	if
 #ifdef HANDOFF
-	:: r[i].st == ACQ && r[i].rep == P_WON && r[i].lc < r[i].sent + TTL && r[i].repTok == r[i].last && !MUTANT_RELEAD ->
+	:: r[i].st == ACQ && r[i].rep == P_WON && r[i].lc < r[i].sent + TTL && r[i].repTok <= r[i].last && !MUTANT_RELEAD ->
 		/* the campaign confirmed the term this replica led last (its
-		 * hand-off or release was lost): Run hands it off again rather
-		 * than lead its token twice, then campaigns as after a term */
+		 * hand-off or release was lost), or an earlier one: Run hands it
+		 * off again rather than lead a token twice, then campaigns as
+		 * after a term */
 		printf("t%d r%d: campaign confirmed its own ended token %d: hands it off\n", now, i, r[i].repTok);
 		r[i].req = R_HOFF; r[i].reqArg = r[i].repTok; dbExec(i);
 		r[i].st = IDLE; r[i].wake = r[i].lc + (holder == (i ^ 1) + 1 && hoff -> 0 : CAMPAIGN_EVERY)
 #endif
-	:: r[i].st == ACQ && r[i].rep == P_WON && r[i].lc < r[i].sent + TTL ->
+	:: r[i].st == ACQ && r[i].rep == P_WON && r[i].lc < r[i].sent + TTL && WON_NEW ->
 		/* campaign returns won; lead(token, sent) */
 		r[i].st = LEAD; r[i].tok = r[i].repTok; r[i].tseq = r[i].repSeq; HOFF_LAST;
 		r[i].tb = (TIMELINE_FROM_SEND -> r[i].sent : r[i].lc);
