@@ -122,9 +122,11 @@ func idle(ctx context.Context, _ *pgleader.Term) error {
 //
 // Every backend operation takes 10ms. Term 1 (t=0) is refused by Claim;
 // term 2 (t=0.52s) renews at 2.52s and finishes at 3.53s; term 3 (t=4.04s)
-// renews at 6.04s, but the lease data was dropped at 5s, so it is lost;
-// term 4 draws token 1 again (the counter went with the data) at 6.55s and
-// is stopped at 7s.
+// renews at 6.04s, but the lease data was dropped at 5s, so it is lost.
+// The counter went with the data: the campaigns from 6.55s on draw tokens 1
+// to 3 again, and the elector ends each at once without leading it (it
+// never leads a token at or below the last it led); term 4 draws token 4
+// at about 8.1s and is stopped at 8.5s.
 func TestObserver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		obs, m := newObserver(t)
@@ -186,10 +188,10 @@ func TestObserver(t *testing.T) {
 			t.Errorf("ok renewals: count %d, want still 1", n)
 		}
 
-		time.Sleep(700 * time.Millisecond) // t=7s
+		time.Sleep(2200 * time.Millisecond) // t=8.5s
 		synctest.Wait()
 		m.expect(otelpgleader.MetricLeader, 1, key, owner)
-		m.expect(otelpgleader.MetricToken, 1, key, owner)
+		m.expect(otelpgleader.MetricToken, 4, key, owner)
 		m.expect(otelpgleader.MetricTermsStarted, 3, key, owner)
 
 		cancel()
@@ -197,7 +199,7 @@ func TestObserver(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.expect(otelpgleader.MetricLeader, 0, key, owner)
-		m.expect(otelpgleader.MetricToken, 1, key, owner)
+		m.expect(otelpgleader.MetricToken, 4, key, owner)
 		m.expect(otelpgleader.MetricTermsEnded, 1, key, owner, reason(pgleader.ReasonStopped))
 		m.expect(otelpgleader.MetricClaimsRefused, 1, key, owner)
 		if _, ok := m.int64Value(otelpgleader.MetricTermsEnded, key, owner, reason(pgleader.ReasonExpiring)); ok {

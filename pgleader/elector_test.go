@@ -316,7 +316,7 @@ func TestTimelineLost(t *testing.T) {
 		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false)})
 		time.Sleep(3 * time.Second)
 		b.DropData() // the renewal at t0+4s finds the lease gone
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1400 * time.Millisecond)
 		tr := rec.all()[0]
 		if tr.reason != pgleader.ReasonLost {
 			t.Errorf("reason = %v, want lost", tr.reason)
@@ -325,6 +325,16 @@ func TestTimelineLost(t *testing.T) {
 		at(t, "cancelled", tr.cancelled, t0, 4*time.Second)
 		if rel := releases(b); len(rel) != 0 {
 			t.Errorf("a lost term released: %+v", rel)
+		}
+		// The counter went with the data: the next campaign draws token 1
+		// again, which this elector led already, so it ends it without
+		// leading it, and leads token 2.
+		time.Sleep(time.Second)
+		if rel := releases(b); len(rel) != 1 || rel[0].Token != 1 {
+			t.Errorf("releases after the loss: %+v; want token 1's, once", rel)
+		}
+		if terms := rec.all(); len(terms) != 2 || terms[1].token != 2 {
+			t.Errorf("terms led: %d; want a second, with token 2", len(terms))
 		}
 		r.stop(t)
 	})
