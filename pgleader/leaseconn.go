@@ -113,14 +113,8 @@ func (lc *leaseConn) do(ctx context.Context, fn func(DB, *pgconn.PgConn) error) 
 	lc.mu.Unlock()
 
 	if c == nil || c.IsClosed() {
-		cfg := lc.cfg.Copy()
-		cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams)
-		if cfg.RuntimeParams == nil {
-			cfg.RuntimeParams = map[string]string{}
-		}
-		cfg.RuntimeParams["application_name"] = leaseApplicationName
 		var err error
-		if c, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+		if c, err = lc.connect(ctx); err != nil {
 			lc.done(nil)
 			return true, nil, err
 		}
@@ -135,6 +129,29 @@ func (lc *leaseConn) do(ctx context.Context, fn func(DB, *pgconn.PgConn) error) 
 	}
 	lc.done(c)
 	return true, nil, err
+}
+
+// connect opens a connection with the lease connection's settings.
+func (lc *leaseConn) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg := lc.cfg.Copy()
+	cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams)
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = leaseApplicationName
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// once runs fn on a connection of its own, opened for it and closed after:
+// for an operation that finds the lease connection busy and the pool
+// exhausted.
+func (lc *leaseConn) once(ctx context.Context, fn func(DB, *pgconn.PgConn) error) error {
+	c, err := lc.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
+	return fn(c, c.PgConn())
 }
 
 // done ends what set busy, leaving c as the connection, and arranges its
@@ -152,9 +169,9 @@ func (lc *leaseConn) done(c *pgx.Conn) {
 // else on the DB: a pool connection where db is a pool, so that Release can
 // pipeline. While another statement runs on the lease connection, fn runs
 // on whichever comes first: the lease connection once that statement ends,
-// or a pool connection. So a statement that waits for long holds up no
-// other, and while the pool is exhausted (by bodies that hold its
-// connections) fn still runs on the lease connection.
+// or a pool connection; and on a connection opened for it if the pool is
+// exhausted (by bodies that hold its connections). So a statement that
+// waits for long holds up no other.
 func (p *Postgres) with(ctx context.Context, fn func(DB, *pgconn.PgConn) error) error {
 	for p.lease != nil {
 		done, busy, err := p.lease.do(ctx, fn)
@@ -167,6 +184,11 @@ func (p *Postgres) with(ctx context.Context, fn func(DB, *pgconn.PgConn) error) 
 		pool, ok := p.db.(*pgxpool.Pool)
 		if !ok {
 			break
+		}
+		if st := pool.Stat(); st.IdleConns() == 0 && st.TotalConns() >= st.MaxConns() {
+			// Bodies hold every pool connection: waiting for one, or for
+			// the busy statement, could outlast this operation's term.
+			return p.lease.once(ctx, fn)
 		}
 		actx, cancel := context.WithCancel(ctx)
 		go func() {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgleader/pgleader/internal/pgtest"
 	"github.com/pgleader/pgleader/pgleader"
 )
@@ -45,6 +47,14 @@ func (e *endings) get() ([]string, time.Duration) {
 // instant.)
 func TestBlockedKeyDoesNotStallOthers(t *testing.T) {
 	t.Parallel()
+	t.Run("pool free", func(t *testing.T) { t.Parallel(); blockedKey(t, false) })
+	t.Run("pool held by bodies", func(t *testing.T) { t.Parallel(); blockedKey(t, true) })
+}
+
+// blockedKey runs TestBlockedKeyDoesNotStallOthers; with holdPool, the
+// test holds every connection of the backend's pool, as bodies that keep
+// theirs would, while b's campaigns wait.
+func blockedKey(t *testing.T, holdPool bool) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	spec := func(key string) pgleader.Spec {
@@ -67,7 +77,8 @@ func TestBlockedKeyDoesNotStallOthers(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = outside.Exec(context.Background(), `ROLLBACK`) })
 
-	backend := pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet))
+	pool := db.NewPoolConfig(t, func(c *pgxpool.Config) { c.MaxConns = 3 })
+	backend := pgleader.NewPostgres(pool, pgleader.WithLogger(quiet))
 	var obs endings
 	run := func(key, owner string) *pgRun {
 		el, err := pgleader.New(backend, spec(key), pgleader.Options{Owner: owner, Lead: untilEnding, Logger: quiet, Observer: &obs})
@@ -102,6 +113,15 @@ func TestBlockedKeyDoesNotStallOthers(t *testing.T) {
 		}
 		return waiting
 	})
+	if holdPool {
+		for range pool.Config().MaxConns {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Release)
+		}
+	}
 	time.Sleep(4 * spec("a").TTL)
 
 	early, slowest := obs.get()
