@@ -293,6 +293,11 @@ func lastDefinition(t *testing.T, name string) (body, file string) {
 			if i < 0 {
 				break
 			}
+			// A definition, not a GRANT or REVOKE naming the function.
+			if line := text[strings.LastIndex(text[:i], "\n")+1 : i]; !strings.HasPrefix(line, "CREATE ") {
+				text = text[i+len("FUNCTION "+name):]
+				continue
+			}
 			text = text[i:]
 			end := strings.Index(text, "\n$$;")
 			if end < 0 {
