@@ -278,3 +278,22 @@ func maxTTL(t *testing.T, db *pgxpool.Pool) time.Duration {
 	}
 	return d
 }
+
+// TestSettingsOutsideReadCommitted: a REPEATABLE READ transaction's
+// snapshot may predate a setter's commit, and the advisory lock does not
+// help there (the setter committed before the lease operation asked for
+// it). The lease operation must not decide with the settings its snapshot
+// shows: it reads the settings row FOR SHARE, which fails with a
+// serialization error when the row changed after the snapshot.
+func TestSettingsOutsideReadCommitted(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	rr := db.Conn(t)
+	mustExec(t, rr, `BEGIN ISOLATION LEVEL REPEATABLE READ`)
+	defer mustExec(t, rr, `ROLLBACK`)
+	mustExec(t, rr, `SELECT 1 FROM pgleader.lease LIMIT 1`) // takes the snapshot
+	mustExec(t, db.Pool, `SELECT pgleader.set_max_ttl('2 minutes')`)
+	_, err := rr.Exec(ctx, `SELECT pgleader.acquire('k', 'a', '3 minutes')`)
+	wantCode(t, "a 3 minute acquire in a snapshot from before max_ttl became 2 minutes", err, "40001", "")
+}
