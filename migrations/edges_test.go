@@ -401,17 +401,21 @@ func TestAppRoleGrants(t *testing.T) {
 		}
 	}
 
-	// Sets: replicas insert, update and delete their membership rows.
-	for _, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE"} {
-		var ok bool
-		if err := app.QueryRow(ctx, `SELECT has_table_privilege('pgleader.set_member', $1)`, priv).Scan(&ok); err != nil || !ok {
-			t.Errorf("%s on pgleader.set_member as %s: %v %v", priv, role, ok, err)
+	// From version 13 the functions are the only door: no privilege on any
+	// table, sets included.
+	for _, table := range []string{"lease", "fence", "candidate", "set_member", "settings", "server_epoch", "steerer"} {
+		for _, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"} {
+			var ok bool
+			if err := app.QueryRow(ctx, `SELECT has_table_privilege('pgleader.' || $1, $2)`, table, priv).Scan(&ok); err != nil || ok {
+				t.Errorf("%s on pgleader.%s as %s: %v %v", priv, table, role, ok, err)
+			}
 		}
 	}
 
-	// Granting takes the schema's owner.
+	// Granting takes the schema's owner: the application role may not
+	// even execute grant_usage.
 	_, err = app.Exec(ctx, `SELECT pgleader.grant_usage($1)`, role)
-	wantCode(t, "grant_usage by the app role", err, "42501", "owner")
+	wantCode(t, "grant_usage by the app role", err, "42501", "permission denied")
 	_, err = db.Pool.Exec(ctx, `SELECT pgleader.grant_usage('no_such_role_pgleader')`)
 	wantCode(t, "grant_usage to no role", err, "42704", "no_such_role_pgleader")
 }

@@ -123,11 +123,9 @@ func (p *Postgres) HandOff(ctx context.Context, key, owner string, token int64, 
 // both go out in one write. A row handed off above the ended term's token
 // is the hand-off: its token is token + 1, or more when a move to a new
 // token epoch (migrations/0008) raised the draw while the term held on.
-const handOffHint = `SELECT pg_notify('pgleader', CASE
-    WHEN l.holder IS NOT NULL AND l.handed_off AND l.token > $2::bigint
-    THEN 'handoff ' || octet_length(l.holder) || ' ' || l.holder || ' ' || $1
-    ELSE 'release 0 ' || $1 END)
-  FROM (SELECT 1) AS one LEFT JOIN pgleader.lease AS l ON l.key = $1`
+// hint_handoff (migrations/0013) reads the row as the schema's owner: the
+// application role has no privilege on the table.
+const handOffHint = `SELECT pgleader.hint_handoff($1, $2)`
 
 func handOffAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64, to string) (bool, string, error) {
 	tok := strconv.AppendInt(nil, token, 10)
@@ -284,10 +282,10 @@ func rehearse(ctx context.Context, pg *pgconn.PgConn, ttl time.Duration) error {
 	sql := fmt.Sprintf(`BEGIN;
 SELECT acquired FROM pgleader.campaign('%[1]s', '%[2]s.a', '%[3]d microseconds', 0, NULL, 0, NULL);
 SELECT acquired FROM pgleader.campaign('%[1]s', '%[2]s.b', '%[3]d microseconds', 0, NULL, 0, '%[3]d microseconds');
-SELECT released FROM pgleader.hand_off('%[1]s', '%[2]s.a', (SELECT token FROM pgleader.lease WHERE key = '%[1]s'));
+SELECT released FROM pgleader.hand_off('%[1]s', '%[2]s.a', (SELECT token FROM pgleader.lease('%[1]s')));
 SELECT acquired FROM pgleader.take('%[1]s', '%[2]s.b', '%[3]d microseconds', '%[4]d microseconds');
 SELECT acquired FROM pgleader.take('%[1]s', '%[2]s.b', '%[3]d microseconds');
-SELECT resign FROM pgleader.renew_term('%[1]s', '%[2]s.b', (SELECT token FROM pgleader.lease WHERE key = '%[1]s'), '%[3]d microseconds', NULL);
+SELECT resign FROM pgleader.renew_term('%[1]s', '%[2]s.b', (SELECT token FROM pgleader.lease('%[1]s')), '%[3]d microseconds', NULL);
 ROLLBACK`, key, rehearsalOwner, ttl.Microseconds(), (ttl / 2).Microseconds())
 	_, err := pg.Exec(ctx, sql).ReadAll()
 	if s := pg.TxStatus(); s == 'T' || s == 'E' {

@@ -126,14 +126,10 @@ func printCandidates(w io.Writer, cs []pgleader.Candidate, now time.Time) error 
 // read once for the whole statement.
 func allLeases(ctx context.Context, pool *pgxpool.Pool) ([]leaseRow, error) {
 	rows, err := pool.Query(ctx, `
-		SELECT l.key,
-		       CASE WHEN l.expires_at > n.t THEN l.holder END,
-		       l.token,
-		       CASE WHEN l.expires_at > n.t THEN extract(epoch FROM l.expires_at - n.t) END,
-		       CASE WHEN l.expires_at > n.t THEN coalesce(l.value, '') ELSE '' END
-		  FROM pgleader.lease AS l
-		 CROSS JOIN (SELECT clock_timestamp() AS t) AS n
-		 ORDER BY l.key`)
+		SELECT l.key, l.holder, l.token,
+		       extract(epoch FROM l.expires_at - l.db_now),
+		       coalesce(l.value, '')
+		  FROM pgleader.leases('') AS l`)
 	if err != nil {
 		return nil, statusError(err)
 	}
@@ -192,7 +188,7 @@ func notMigratedHint(err error) error {
 func setStatus(ctx context.Context, pool *pgxpool.Pool, name, prefix string, stdout io.Writer) error {
 	var keys []string
 	if err := pool.QueryRow(ctx,
-		`SELECT coalesce(array_agg(key ORDER BY key), '{}') FROM pgleader.lease WHERE starts_with(key, $1)`, prefix,
+		`SELECT coalesce(array_agg(key ORDER BY key), '{}') FROM pgleader.leases($1)`, prefix,
 	).Scan(&keys); err != nil {
 		return notMigratedHint(err)
 	}
