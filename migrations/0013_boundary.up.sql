@@ -322,7 +322,8 @@ BEGIN
 END
 $$;
 
--- hand_off, as in version 6, and: only on the caller's keys.
+-- hand_off, as in version 6, and: only on the caller's keys (a key's role
+-- is set once, by the first win, so the check before the lock holds).
 CREATE OR REPLACE FUNCTION pgleader.hand_off(p_key text, p_owner text, p_token bigint, p_to text DEFAULT NULL)
 RETURNS TABLE(released boolean, successor text, token bigint)
 LANGUAGE plpgsql
@@ -343,9 +344,7 @@ BEGIN
     g := pgleader._grace();
 
     SELECT * INTO r FROM pgleader.lease AS l
-     WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
-       AND (l.role IS NULL OR l.role = pgleader._caller() OR pgleader._privileged(false))
-       FOR UPDATE;
+     WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT false, NULL::text, coalesce((SELECT l.token FROM pgleader.lease AS l WHERE l.key = p_key), 0::bigint);
         RETURN;
@@ -454,7 +453,9 @@ BEGIN
 END
 $$;
 
--- renew_term, as in version 10, and: only on the caller's keys.
+-- renew_term, as in version 10, and: only on the caller's keys; a renewal
+-- of a term held across the upgrade to version 13 makes its key the
+-- renewing role's (the holder renews within RenewEvery).
 CREATE OR REPLACE FUNCTION pgleader.renew_term(p_key text, p_owner text, p_token bigint, p_ttl interval)
 RETURNS TABLE(expires_at timestamptz, resign boolean)
 LANGUAGE plpgsql
@@ -470,7 +471,8 @@ BEGIN
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
 
     UPDATE pgleader.lease AS l
-       SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl, handed_off = false
+       SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl, handed_off = false,
+           role = coalesce(l.role, pgleader._caller())
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
        AND l.expires_at > clock_timestamp()
        AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)
@@ -504,7 +506,7 @@ BEGIN
     t := clock_timestamp();
 
     UPDATE pgleader.lease AS l
-       SET renewed_at = t, expires_at = t + p_ttl, handed_off = false
+       SET renewed_at = t, expires_at = t + p_ttl, handed_off = false, role = coalesce(l.role, pgleader._caller())
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
        AND l.expires_at > t
        AND (t >= g.grace_until OR l.expires_at > t + g.max_clock_offset)
@@ -571,7 +573,7 @@ END
 $$;
 
 -- renew_many, as in version 7, and: only the caller's keys (others are not
--- renewed and not returned).
+-- renewed and not returned); as renew_term, it claims a key with no role.
 CREATE OR REPLACE FUNCTION pgleader.renew_many(p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval)
 RETURNS TABLE(key text, expires_at timestamptz)
 LANGUAGE plpgsql
@@ -589,7 +591,7 @@ BEGIN
 
     RETURN QUERY
     UPDATE pgleader.lease AS l
-       SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl
+       SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl, role = coalesce(l.role, c)
       FROM unnest(p_keys, p_tokens) AS u(k, tok)
      WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
        AND l.expires_at > clock_timestamp()

@@ -37,6 +37,13 @@ var (
 	// stopped, resigned) or never ran it (refused); the error names the
 	// reason, and wraps the body's own error if it returned one.
 	ErrTermEnded = errors.New("pgleader: the term ended before the body finished")
+
+	// ErrForbidden is matched when PostgreSQL refused an operation to the
+	// connection's role (SQLSTATE 42501): the key belongs to another role
+	// (a key is the role's that first acquired it, schema version 13), or
+	// the role was not granted the use of pgleader (pgleader grant ROLE).
+	// The error carries the server's message, which names the key's role.
+	ErrForbidden = errors.New("pgleader: forbidden to this role")
 )
 
 func invalidf(format string, args ...any) error {

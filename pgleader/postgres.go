@@ -283,7 +283,7 @@ func interval(d time.Duration) pgtype.Interval {
 }
 
 // sqlError maps PostgreSQL's errors onto the package's sentinels.
-var sqlError = check.Sentinels{Prefix: "pgleader", NotMigrated: ErrNotMigrated, Invalid: ErrInvalid}.SQLError
+var sqlError = check.Sentinels{Prefix: "pgleader", NotMigrated: ErrNotMigrated, Invalid: ErrInvalid, Forbidden: ErrForbidden}.SQLError
 
 // Release implements [Backend]. A successful release is followed by a
 // notification on the PostgreSQL channel "pgleader", waking candidates that

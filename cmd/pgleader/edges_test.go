@@ -102,7 +102,39 @@ func testGrant(t *testing.T, bin string) {
 			t.Errorf("pgleader %q as %s: status %d, stdout %q, stderr:\n%s", args, role, code, stdout, stderr)
 		}
 	}
-	code, _, stderr := runCLI(t, bin, nil, "grant", "--database", db.URL, "no_such_role_pgleader")
+
+	// A key belongs to the role that first acquired it: another application
+	// role may not resign it; a role granted --steer may.
+	app, err := pgx.Connect(context.Background(), asRole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(context.Background())
+	if _, err := app.Exec(context.Background(), `SELECT pgleader.acquire('held', 'a', '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	other, steer := createRole(t, db), createRole(t, db)
+	if code, stdout, stderr := runCLI(t, bin, nil, "grant", "--database", db.URL, other); code != 0 {
+		t.Fatalf("grant %s: status %d, stdout %q, stderr:\n%s", other, code, stdout, stderr)
+	}
+	code, stdout, stderr := runCLI(t, bin, nil, "grant", "--database", db.URL, "--steer", steer)
+	if code != 0 || !strings.Contains(stdout, steer+" may steer") {
+		t.Fatalf("grant --steer %s: status %d, stdout %q, stderr:\n%s", steer, code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, bin, nil, "resign", "--database", urlAs(t, db, other), "held")
+	if code != 1 || !strings.Contains(stderr, "42501") || !strings.Contains(stderr, "belongs to role "+role) {
+		t.Errorf("resign of %s's key by %s: status %d, stdout %q, stderr:\n%s", role, other, code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, bin, nil, "resign", "--database", urlAs(t, db, steer), "held")
+	if code != 0 || !strings.Contains(stdout, "will end") {
+		t.Errorf("resign of %s's key by the steer role %s: status %d, stdout %q, stderr:\n%s", role, steer, code, stdout, stderr)
+	}
+	var asked bool
+	if err := db.Pool.QueryRow(context.Background(), `SELECT resign_token IS NOT NULL FROM pgleader.lease WHERE key = 'held'`).Scan(&asked); err != nil || !asked {
+		t.Errorf("after the steer role's resign: asked = %v, %v; want the term asked to end", asked, err)
+	}
+
+	code, _, stderr = runCLI(t, bin, nil, "grant", "--database", db.URL, "no_such_role_pgleader")
 	if code != 1 || !strings.Contains(stderr, "no_such_role_pgleader") {
 		t.Errorf("grant to no role: status %d, stderr:\n%s", code, stderr)
 	}

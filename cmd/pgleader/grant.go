@@ -12,20 +12,28 @@ import (
 	"github.com/pgleader/pgleader/migrations"
 )
 
-const grantUsage = `Usage: pgleader grant [--database URL] ROLE
+const grantUsage = `Usage: pgleader grant [--database URL] [--steer] ROLE
 
 Gives ROLE what an application needs to use pgleader without owning it, by
 calling the SQL function pgleader.grant_usage: USAGE on the schema
-"pgleader"; SELECT, INSERT and UPDATE on its tables lease and fence; EXECUTE
-on its functions; and SELECT on the history table pgleader_schema_migrations
-in this connection's current schema, so that 'migrate up' (or migrations.Up)
-run by ROLE on an up-to-date database succeeds. Run it as the role that
-migrated, after 'pgleader migrate up'; it is safe to repeat.
+"pgleader" and EXECUTE on the functions an application calls (no privilege
+on any table: from schema version 13 the functions are the only door), and
+SELECT on the history table pgleader_schema_migrations in this connection's
+current schema, so that 'migrate up' (or migrations.Up) run by ROLE on an
+up-to-date database succeeds. ROLE acts only on its own keys: a key belongs
+to the role that first acquired it.
+
+With --steer (pgleader.grant_steer), ROLE may also resign, transfer and
+advance the keys of every role, e.g. for an operator's 'pgleader resign'.
+
+Run it as the role that migrated, after 'pgleader migrate up'; it is safe to
+repeat.
 `
 
 func cmdGrant(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("grant", grantUsage, stderr)
 	db := databaseFlag(fs)
+	steer := fs.Bool("steer", false, "also let ROLE resign, transfer and advance every role's keys (pgleader.grant_steer)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -50,6 +58,16 @@ func cmdGrant(args []string, stdout, stderr io.Writer) error {
 			return errors.New("grant: the database has no pgleader schema at version 3 or later: run 'pgleader migrate up'")
 		}
 		return fmt.Errorf("grant: %w", err)
+	}
+	if *steer {
+		if _, err := pool.Exec(ctx, `SELECT pgleader.grant_steer($1)`, role); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "42883" {
+				return errors.New("grant: --steer needs schema version 13 or later: run 'pgleader migrate up'")
+			}
+			return fmt.Errorf("grant --steer: %w", err)
+		}
+		fmt.Fprintf(stdout, "%s may steer (resign, transfer, advance) every role's keys\n", role)
 	}
 	if history == nil {
 		fmt.Fprintf(stdout, "granted the use of pgleader to %s (no history table %s in the current schema)\n", role, migrations.HistoryTable)

@@ -7,7 +7,7 @@
 //	pgleader migrate up|down|version|to VERSION
 //	pgleader status [KEY]
 //	pgleader advance KEY FLOOR
-//	pgleader grant ROLE
+//	pgleader grant [--steer] ROLE
 //	pgleader run --key KEY [flags] -- COMMAND [ARG...]
 //
 // Every command takes --database URL, or reads DATABASE_URL. Exit status: 0
@@ -40,7 +40,7 @@ Usage:
   pgleader advance [--database URL] KEY FLOOR
   pgleader resign  [--database URL] [--token N] KEY
   pgleader transfer [--database URL] KEY OWNER
-  pgleader grant   [--database URL] ROLE
+  pgleader grant   [--database URL] [--steer] ROLE
   pgleader run     [--database URL] --key KEY [flags] -- COMMAND [ARG...]
 
 The database is --database, or else $DATABASE_URL.

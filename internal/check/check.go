@@ -40,6 +40,7 @@ type Sentinels struct {
 	Prefix      string // "pgleader" or "sqlfence"
 	NotMigrated error  // the schema, a table or a function is missing
 	Invalid     error  // pgleader's SQL functions refused an argument (22023)
+	Forbidden   error  // the caller's role may not do it (42501): another role's key, or no grant
 }
 
 // SQLError maps err, from the operation op on pgleader's own tables and
@@ -52,6 +53,10 @@ func (s Sentinels) SQLError(op string, err error) error {
 			return fmt.Errorf("%w (%s: %s)", s.NotMigrated, op, pgErr.Message)
 		case "22023": // invalid_parameter_value, raised by the SQL functions' own checks
 			return fmt.Errorf("%w: %s: %s", s.Invalid, op, pgErr.Message)
+		case "42501": // insufficient_privilege
+			if s.Forbidden != nil {
+				return fmt.Errorf("%w: %s: %s", s.Forbidden, op, pgErr.Message)
+			}
 		}
 	}
 	return fmt.Errorf("%s: %s: %w", s.Prefix, op, err)
