@@ -56,16 +56,20 @@ SET search_path = pg_catalog, pgleader, pg_temp AS $$
 $$;
 
 -- Whether the caller may act on a key or resource of p_role (NULL: nobody's
--- yet).
-CREATE FUNCTION pgleader._own(p_role name, p_steer boolean)
+-- yet): its own, a role it is a member of (it could SET ROLE to it anyway),
+-- or any when _privileged.
+CREATE FUNCTION pgleader._own(p_role text, p_steer boolean)
 RETURNS boolean
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
-    SELECT p_role IS NULL OR p_role = pgleader._caller() OR pgleader._privileged(p_steer)
+    SELECT p_role IS NULL OR p_role = pgleader._caller()
+           OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles AS ro
+                       WHERE ro.rolname = p_role AND pg_has_role(pgleader._caller(), ro.oid, 'USAGE'))
+           OR pgleader._privileged(p_steer)
 $$;
 
-CREATE FUNCTION pgleader._refuse(p_what text, p_name text, p_role name)
+CREATE FUNCTION pgleader._refuse(p_what text, p_name text, p_role text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
@@ -85,7 +89,7 @@ LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
-    rl name;
+    rl text;
 BEGIN
     SELECT l.role INTO rl FROM pgleader.lease AS l WHERE l.key = p_key;
     IF NOT pgleader._own(rl, p_steer) THEN
@@ -94,12 +98,14 @@ BEGIN
 END
 $$;
 
--- The tables: ownership recorded in the rows.
-ALTER TABLE pgleader.lease ADD COLUMN role name;
-ALTER TABLE pgleader.fence ADD COLUMN role name;
+-- The tables: ownership recorded in the rows, by the role's name (text, not
+-- name: a lease row stays small, so its renewals stay on its page). A
+-- renamed role loses its keys until the owner renames them too.
+ALTER TABLE pgleader.lease ADD COLUMN role text;
+ALTER TABLE pgleader.fence ADD COLUMN role text;
 -- Memberships last one TTL and are renewed on every tick: start them again.
 DELETE FROM pgleader.set_member;
-ALTER TABLE pgleader.set_member ADD COLUMN role name NOT NULL;
+ALTER TABLE pgleader.set_member ADD COLUMN role text NOT NULL;
 ALTER TABLE pgleader.set_member DROP CONSTRAINT set_member_pkey;
 ALTER TABLE pgleader.set_member ADD PRIMARY KEY (set_name, role, owner);
 
@@ -242,8 +248,8 @@ BEGIN
         END LOOP;
     END IF;
     SELECT l.key, l.role INTO bad FROM pgleader.lease AS l
-     WHERE l.key = ANY (p_keys) AND l.role <> c LIMIT 1;
-    IF FOUND AND NOT pgleader._privileged(false) THEN
+     WHERE l.key = ANY (p_keys) AND l.role <> c AND NOT pgleader._own(l.role, false) LIMIT 1;
+    IF FOUND THEN
         PERFORM pgleader._refuse('acquire it', 'key ' || to_json(bad.key)::text, bad.role);
     END IF;
     g := pgleader._grace();
@@ -268,7 +274,7 @@ BEGIN
         SELECT l.key, w.f
           FROM pgleader.lease AS l JOIN want AS w ON w.k = l.key
          WHERE (l.holder IS NULL OR l.expires_at <= t) AND l.token < 9223372036854775807
-           AND (l.role IS NULL OR l.role = c OR pgleader._privileged(false))
+           AND (l.role = c OR pgleader._own(l.role, false))
          ORDER BY l.key
          LIMIT p_limit
            FOR UPDATE OF l SKIP LOCKED
@@ -389,6 +395,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
+    c name := pgleader._caller();
     r pgleader.lease%ROWTYPE;
     g record;
     t timestamptz;
@@ -402,7 +409,7 @@ BEGIN
        SET renewed_at = t, expires_at = t + p_ttl, handed_off = false
      WHERE l.key = p_key AND l.holder = p_owner AND l.handed_off AND l.expires_at > t
        AND t >= g.grace_until
-       AND (l.role IS NULL OR l.role = pgleader._caller() OR pgleader._privileged(false))
+       AND (l.role = c OR pgleader._own(l.role, false))
     RETURNING l.* INTO r;
     IF FOUND THEN
         DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND c.owner = p_owner;
@@ -462,6 +469,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
+    c name := pgleader._caller();
     g record;
     e timestamptz;
     rs boolean;
@@ -472,11 +480,11 @@ BEGIN
 
     UPDATE pgleader.lease AS l
        SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl, handed_off = false,
-           role = coalesce(l.role, pgleader._caller())
+           role = coalesce(l.role, c)
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
        AND l.expires_at > clock_timestamp()
        AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)
-       AND (l.role IS NULL OR l.role = pgleader._caller() OR pgleader._privileged(false))
+       AND (l.role = c OR pgleader._own(l.role, false))
     RETURNING l.expires_at, coalesce(l.resign_token = p_token, false) INTO e, rs;
     IF NOT FOUND THEN
         PERFORM pgleader._check_key_role(p_key, 'renew it', false);
@@ -492,6 +500,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
+    c name := pgleader._caller();
     g record;
     t timestamptz;
     e timestamptz;
@@ -506,11 +515,11 @@ BEGIN
     t := clock_timestamp();
 
     UPDATE pgleader.lease AS l
-       SET renewed_at = t, expires_at = t + p_ttl, handed_off = false, role = coalesce(l.role, pgleader._caller())
+       SET renewed_at = t, expires_at = t + p_ttl, handed_off = false, role = coalesce(l.role, c)
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
        AND l.expires_at > t
        AND (t >= g.grace_until OR l.expires_at > t + g.max_clock_offset)
-       AND (l.role IS NULL OR l.role = pgleader._caller() OR pgleader._privileged(false))
+       AND (l.role = c OR pgleader._own(l.role, false))
     RETURNING l.expires_at,
               coalesce(l.resign_token = p_token, false)
               OR (p_min_term IS NOT NULL AND t - l.acquired_at >= p_min_term
@@ -531,6 +540,8 @@ RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
+DECLARE
+    c name := pgleader._caller();
 BEGIN
     PERFORM pgleader._check_args(p_key, p_owner, NULL, true, false);
 
@@ -538,7 +549,7 @@ BEGIN
        SET holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL,
            value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
-       AND (l.role IS NULL OR l.role = pgleader._caller() OR pgleader._privileged(false));
+       AND (l.role = c OR pgleader._own(l.role, false));
     IF FOUND THEN
         RETURN true;
     END IF;
@@ -567,7 +578,7 @@ BEGIN
            value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
       FROM unnest(p_keys, p_tokens) AS u(k, tok)
      WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
-       AND (l.role IS NULL OR l.role = c OR pgleader._privileged(false))
+       AND (l.role = c OR pgleader._own(l.role, false))
     RETURNING l.key;
 END
 $$;
@@ -596,7 +607,7 @@ BEGIN
      WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
        AND l.expires_at > clock_timestamp()
        AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)
-       AND (l.role IS NULL OR l.role = c OR pgleader._privileged(false))
+       AND (l.role = c OR pgleader._own(l.role, false))
     RETURNING l.key, l.expires_at;
 END
 $$;
@@ -743,7 +754,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
     stored bigint;
-    rl name;
+    rl text;
 BEGIN
     PERFORM pgleader._fence_check(p_resource, p_token, true);
 
@@ -888,7 +899,8 @@ END
 $$;
 
 -- set_status, as in version 7, and: the members of the caller's role; the
--- schema's owner and steer roles see every role's.
+-- schema's owner and steer roles see the members of the roles that own the
+-- keys they name (of every role when they name none).
 CREATE OR REPLACE FUNCTION pgleader.set_status(p_set text, p_keys text[] DEFAULT NULL)
 RETURNS TABLE(owner text, member boolean, member_held integer, member_expires_at timestamptz, leases integer, db_now timestamptz)
 LANGUAGE plpgsql
@@ -904,7 +916,10 @@ BEGIN
     RETURN QUERY
     WITH m AS (
         SELECT s.owner, sum(s.held)::integer AS held, max(s.expires_at) AS expires_at FROM pgleader.set_member AS s
-         WHERE s.set_name = p_set AND s.expires_at > clock_timestamp() AND (all_roles OR s.role = c)
+         WHERE s.set_name = p_set AND s.expires_at > clock_timestamp()
+           AND (s.role = c
+                OR (all_roles AND (coalesce(cardinality(p_keys), 0) = 0
+                                   OR s.role IN (SELECT l.role FROM pgleader.lease AS l WHERE l.key = ANY (p_keys)))))
          GROUP BY s.owner
     ), h AS (
         SELECT coalesce(l.holder, '') AS holder, count(*)::integer AS n
@@ -921,7 +936,7 @@ $$;
 -- Every lease, for status: the same columns as lease(key), the key and its
 -- role first; p_prefix narrows it to keys that start with it.
 CREATE FUNCTION pgleader.leases(p_prefix text DEFAULT '')
-RETURNS TABLE(key text, role name, holder text, token bigint, acquired_at timestamptz, renewed_at timestamptz,
+RETURNS TABLE(key text, role text, holder text, token bigint, acquired_at timestamptz, renewed_at timestamptz,
               expires_at timestamptz, db_now timestamptz, value text)
 LANGUAGE plpgsql
 STABLE

@@ -17,10 +17,11 @@ func TestRenewalsStayOnTheirPage(t *testing.T) {
 	ctx := context.Background()
 	const n = 2000
 	// Rows written once, as a plain INSERT: a renewal of them needs no
-	// pruning of older versions, only the room the fillfactor left.
+	// pruning of older versions, only the room the fillfactor left. Each
+	// belongs to a role, as every row an acquire wrote from version 13 on.
 	if _, err := db.Pool.Exec(ctx, `
-		INSERT INTO pgleader.lease (key, holder, token, acquired_at, renewed_at, expires_at)
-		SELECT 'k-' || i, 'o', 1, now(), now(), now() + interval '1 minute' FROM generate_series(1, $1) AS i`, n); err != nil {
+		INSERT INTO pgleader.lease (key, holder, token, acquired_at, renewed_at, expires_at, role)
+		SELECT 'k-' || i, 'o', 1, now(), now(), now() + interval '1 minute', current_user FROM generate_series(1, $1) AS i`, n); err != nil {
 		t.Fatal(err)
 	}
 	pages := func() map[string]string {
