@@ -290,6 +290,14 @@ func (s *roleService) checkOutbox(t *testing.T, db *pgtest.DB) {
 	}
 }
 
+// deref prints what p points to, or NULL.
+func deref[T any](p *T) string {
+	if p == nil {
+		return "NULL"
+	}
+	return fmt.Sprint(*p)
+}
+
 // TestTwoServicesOnTwoRoles: two services on two roles in one database run
 // Electors, a Set (of the same name) and sqlfence side by side. Neither can
 // acquire, renew, release, hand off, take, resign, transfer, advance or
@@ -432,37 +440,40 @@ func TestTwoServicesOnTwoRoles(t *testing.T) {
 	}
 	// The same through the Go API, with B's own connection.
 	bb := pgleader.NewPostgres(attacker, pgleader.PollOnly(), pgleader.WithLogger(quiet))
-	goCalls := map[string]func() error{
-		"AcquireValue": func() error { _, _, err := bb.AcquireValue(ctx, a.key, "intruder", time.Minute, 0, ""); return err },
-		"Campaign": func() error {
+	goCalls := []struct {
+		name string
+		call func() error
+	}{
+		{"AcquireValue", func() error { _, _, err := bb.AcquireValue(ctx, a.key, "intruder", time.Minute, 0, ""); return err }},
+		{"Campaign", func() error {
 			_, _, err := bb.Campaign(ctx, a.key, pgleader.Candidate{Owner: "intruder", TTL: time.Minute}, time.Minute, 0)
 			return err
-		},
-		"RenewTerm": func() error { _, _, err := bb.RenewTerm(ctx, a.key, holder, token, time.Minute); return err },
-		"RenewPreferring": func() error {
+		}},
+		{"RenewTerm", func() error { _, _, err := bb.RenewTerm(ctx, a.key, holder, token, time.Minute); return err }},
+		{"RenewPreferring", func() error {
 			_, _, err := bb.RenewPreferring(ctx, a.key, holder, token, time.Minute, time.Second)
 			return err
-		},
-		"Release":  func() error { _, err := bb.Release(ctx, a.key, holder, token); return err },
-		"HandOff":  func() error { _, _, err := bb.HandOff(ctx, a.key, holder, token, standby.owner); return err },
-		"Resign":   func() error { _, _, err := bb.Resign(ctx, a.key, 0); return err },
-		"Transfer": func() error { _, _, err := bb.Transfer(ctx, a.key, standby.owner); return err },
-		"Advance":  func() error { _, _, err := bb.Advance(ctx, a.key, 1000); return err },
-		"Withdraw": func() error { return bb.Withdraw(ctx, a.key, standby.owner) },
-		"AcquireSet": func() error {
+		}},
+		{"Release", func() error { _, err := bb.Release(ctx, a.key, holder, token); return err }},
+		{"HandOff", func() error { _, _, err := bb.HandOff(ctx, a.key, holder, token, standby.owner); return err }},
+		{"Resign", func() error { _, _, err := bb.Resign(ctx, a.key, 0); return err }},
+		{"Transfer", func() error { _, _, err := bb.Transfer(ctx, a.key, standby.owner); return err }},
+		{"Advance", func() error { _, _, err := bb.Advance(ctx, a.key, 1000); return err }},
+		{"Withdraw", func() error { return bb.Withdraw(ctx, a.key, standby.owner) }},
+		{"AcquireSet", func() error {
 			_, _, err := bb.AcquireSet(ctx, "shards", "intruder", a.shards, nil, time.Minute, 0, 100)
 			return err
-		},
-		"sqlfence.Guard.Write": func() error {
+		}},
+		{"sqlfence.Guard.Write", func() error {
 			return sqlfence.Guard{Resource: a.resource}.Write(ctx, attacker, floorBefore+100, nil)
-		},
-		"sqlfence.Guard.Claim": func() error {
+		}},
+		{"sqlfence.Guard.Claim", func() error {
 			return sqlfence.Guard{Resource: a.resource}.Claim(ctx, attacker, floorBefore+100, nil)
-		},
-		"sqlfence.WithLease": func() error { return sqlfence.WithLease(ctx, attacker, a.key, token, nil) },
+		}},
+		{"sqlfence.WithLease", func() error { return sqlfence.WithLease(ctx, attacker, a.key, token, nil) }},
 	}
-	for name, call := range goCalls {
-		wantRefused(t, "as b, "+name, call(), roleA)
+	for _, c := range goCalls {
+		wantRefused(t, "as b, "+c.name, c.call(), roleA)
 	}
 
 	// A's term is as it was: same holder and token, no resignation or
@@ -487,8 +498,8 @@ func TestTwoServicesOnTwoRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	if l.holder == nil || *l.holder != holder || l.token != token || l.left > roleTTL || l.resign != nil || l.transfer != nil {
-		t.Fatalf("a's lease after b's attempts: holder %v token %d, %v left, resign %v, transfer %v; want %s token %d, at most %v left, nothing asked",
-			l.holder, l.token, l.left, l.resign, l.transfer, holder, token, roleTTL)
+		t.Fatalf("a's lease after b's attempts: holder %s token %d, %v left, resign token %s, transfer to %s; want %s token %d, at most %v left, nothing asked",
+			deref(l.holder), l.token, l.left, deref(l.resign), deref(l.transfer), holder, token, roleTTL)
 	}
 	if strings.Join(l.candidate, ",") != standby.owner {
 		t.Errorf("a's candidates after b's attempts: %v; want only %s", l.candidate, standby.owner)
