@@ -46,6 +46,7 @@ func TestCLI(t *testing.T) {
 		{"Resign", testResign},
 		{"ResignTokenGiven", testResignTokenGiven},
 		{"Transfer", testTransfer},
+		{"AppRole", testAppRole},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
