@@ -55,7 +55,9 @@ func (s Sentinels) SQLError(op string, err error) error {
 			return fmt.Errorf("%w: %s: %s", s.Invalid, op, pgErr.Message)
 		case "42501": // insufficient_privilege
 			if s.Forbidden != nil {
-				return fmt.Errorf("%w: %s: %s", s.Forbidden, op, pgErr.Message)
+				// Both wrapped: the sentinel, and the server's error with
+				// its SQLSTATE and the key's role in its message.
+				return fmt.Errorf("%w: %s: %w", s.Forbidden, op, err)
 			}
 		}
 	}
