@@ -3,6 +3,49 @@
 -- roles in the rows. Privileges granted on the tables before version 13 are
 -- not given back: run grant_usage of version 12 again for each role.
 
+CREATE OR REPLACE FUNCTION pgleader._check_args(p_key text, p_owner text, p_ttl interval, p_need_owner boolean, p_need_ttl boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_key IS NULL OR p_key = '' THEN
+        RAISE EXCEPTION 'pgleader: key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_key) > 200 THEN
+        RAISE EXCEPTION 'pgleader: key is % bytes; the limit is 200', octet_length(p_key) USING ERRCODE = '22023';
+    END IF;
+    IF p_need_owner THEN
+        IF p_owner IS NULL OR p_owner = '' THEN
+            RAISE EXCEPTION 'pgleader: owner must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF octet_length(p_owner) > 200 THEN
+            RAISE EXCEPTION 'pgleader: owner is % bytes; the limit is 200', octet_length(p_owner) USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    IF p_need_ttl AND (p_ttl IS NULL OR p_ttl <= interval '0') THEN
+        RAISE EXCEPTION 'pgleader: ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION pgleader._check_candidate(p_candidate interval, p_priority integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_candidate IS NOT NULL AND p_candidate < interval '1 microsecond' THEN
+        RAISE EXCEPTION 'pgleader: candidate ttl must be at least 1 microsecond, got %', p_candidate USING ERRCODE = '22023';
+    END IF;
+    IF p_priority IS NULL THEN
+        RAISE EXCEPTION 'pgleader: priority must not be NULL' USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION pgleader._fence_take(p_resource text, p_token bigint, p_claim boolean)
  RETURNS void
  LANGUAGE plpgsql

@@ -98,6 +98,62 @@ BEGIN
 END
 $$;
 
+-- TTLs in hours, minutes and seconds only. PostgreSQL compares intervals
+-- counting a month as 30 days and a day as 24 hours, but adds them to a
+-- timestamp by the calendar and the session's time zone: '1000 years
+-- -360000 days 9 minutes' compared below max_ttl and still gave a term
+-- 5242 days. _check_args, as in version 3, and: a TTL with a day, month or
+-- year part is refused.
+CREATE OR REPLACE FUNCTION pgleader._check_args(p_key text, p_owner text, p_ttl interval, p_need_owner boolean, p_need_ttl boolean)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+BEGIN
+    IF p_key IS NULL OR p_key = '' THEN
+        RAISE EXCEPTION 'pgleader: key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_key) > 200 THEN
+        RAISE EXCEPTION 'pgleader: key is % bytes; the limit is 200', octet_length(p_key) USING ERRCODE = '22023';
+    END IF;
+    IF p_need_owner THEN
+        IF p_owner IS NULL OR p_owner = '' THEN
+            RAISE EXCEPTION 'pgleader: owner must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF octet_length(p_owner) > 200 THEN
+            RAISE EXCEPTION 'pgleader: owner is % bytes; the limit is 200', octet_length(p_owner) USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    IF p_need_ttl AND (p_ttl IS NULL OR p_ttl <= interval '0') THEN
+        RAISE EXCEPTION 'pgleader: ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    IF p_need_ttl AND (date_part('year', p_ttl) <> 0 OR date_part('month', p_ttl) <> 0 OR date_part('day', p_ttl) <> 0) THEN
+        RAISE EXCEPTION 'pgleader: ttl must be given in hours, minutes and seconds, not days, months or years, got %', p_ttl
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
+-- _check_candidate, as in version 6, and: the candidate interval too.
+CREATE OR REPLACE FUNCTION pgleader._check_candidate(p_candidate interval, p_priority integer)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+BEGIN
+    IF p_candidate IS NOT NULL AND p_candidate < interval '1 microsecond' THEN
+        RAISE EXCEPTION 'pgleader: candidate ttl must be at least 1 microsecond, got %', p_candidate USING ERRCODE = '22023';
+    END IF;
+    IF date_part('year', p_candidate) <> 0 OR date_part('month', p_candidate) <> 0 OR date_part('day', p_candidate) <> 0 THEN
+        RAISE EXCEPTION 'pgleader: candidate ttl must be given in hours, minutes and seconds, not days, months or years, got %', p_candidate
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_priority IS NULL THEN
+        RAISE EXCEPTION 'pgleader: priority must not be NULL' USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
 -- The tables: ownership recorded in the rows, by the role's name (text, not
 -- name: a lease row stays small, so its renewals stay on its page). A
 -- renamed role loses its keys until the owner renames them too.
@@ -1089,6 +1145,14 @@ BEGIN
     END LOOP;
     REVOKE ALL ON ALL TABLES IN SCHEMA pgleader FROM PUBLIC;
     REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgleader FROM PUBLIC;
+    -- The rows already there: with one granted role, it is the only role
+    -- but the owner that can have written them, so they are its own. With
+    -- none, or several, they belong to nobody until a role acquires (or
+    -- renews, or writes under) them.
+    IF cardinality(granted) = 1 THEN
+        UPDATE pgleader.lease AS l SET role = granted[1] WHERE l.role IS NULL;
+        UPDATE pgleader.fence AS f SET role = granted[1] WHERE f.role IS NULL;
+    END IF;
     FOREACH r IN ARRAY granted LOOP
         FOR f IN SELECT * FROM pgleader._app_functions() LOOP
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, r);
