@@ -69,6 +69,7 @@ type hostileEnv struct {
 	// What H reads about the victim through pgleader.lease().
 	token    int64 // victimKey's token
 	setToken int64 // victimSetKey's token
+	hToken   int64 // H's own token on hostileKey
 }
 
 func newHostileEnv(t *testing.T, db *pgtest.DB, version uint) *hostileEnv {
@@ -129,6 +130,9 @@ func (e *hostileEnv) seed(t *testing.T) {
 	}
 	if err := e.hc.QueryRow(ctx, `SELECT holder, token FROM pgleader.lease($1)`, victimSetKey).Scan(&holder, &e.setToken); err != nil || holder == nil || *holder != victimHolder {
 		t.Fatalf("lease(%s) as H = %v, %d, %v; want V's set to hold it", victimSetKey, holder, e.setToken, err)
+	}
+	if err := e.hc.QueryRow(ctx, `SELECT holder, token FROM pgleader.lease($1)`, hostileKey).Scan(&holder, &e.hToken); err != nil || holder == nil || *holder != hostileHolder {
+		t.Fatalf("lease(%s) as H = %v, %d, %v; want H to hold it", hostileKey, holder, e.hToken, err)
 	}
 	var n int
 	if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader.candidate WHERE key = $1 AND owner = $2`, victimKey, victimCandidate).Scan(&n); err != nil || n != 1 {
@@ -848,7 +852,7 @@ func (e *hostileEnv) hostileValues() map[string][]*string {
 			s("4611686018427387903"), s("4611686018427387904"), s(tok), s(strconv.FormatInt(e.token+1, 10))},
 		"integer": {nil, s("0"), s("-1"), s("1"), s(strconv.FormatInt(math.MinInt32, 10)), s(strconv.FormatInt(math.MaxInt32, 10))},
 		"interval": {nil, s("0"), s("-1 second"), s("1 microsecond"), s("10 minutes 1 microsecond"), s("100 years"),
-			s("-100 years"), s("178000000 years")},
+			s("-100 years"), s("178000000 years"), s(calendarTTL)},
 		"boolean": {nil, s("true"), s("false")},
 		"text[]": {nil, s("{}"), s("{NULL}"), s(`{""}`), s("{" + victimKey + "}"), s("{" + victimSetKey + "}"),
 			s("{" + victimKey + "," + victimKey + "}"), s("{{" + victimKey + "}}"), s("{" + long + "}"),
@@ -1000,7 +1004,7 @@ func (e *hostileEnv) testFunctions(t *testing.T) {
 				switch {
 				case c.code == "" && err != nil:
 					t.Errorf("%s: %v; want it to succeed", what, err)
-				case c.code != "":
+				case c.code != "" && c.code != anyOutcome:
 					wantCode(t, what, err, c.code, c.msg)
 				}
 				if err == nil && c.verify != nil {
@@ -1102,10 +1106,19 @@ type hostileResult struct {
 // end with ("" for success) and msg a part of the message.
 type hostileCall struct {
 	what      string
-	code, msg string
+	code, msg string // anyOutcome: refused or not, the invariants decide
 	run       func(ctx context.Context, c *pgx.Conn) (hostileResult, error)
 	verify    func(e *hostileEnv, r hostileResult) string
 }
+
+// anyOutcome is the code of a call that may succeed or be refused.
+const anyOutcome = "any"
+
+// calendarTTL is an interval that PostgreSQL compares as 9 minutes (it
+// counts a month as 30 days, so 1000 years as 360000 days) but adds to a
+// timestamp as about 5242 days and 9 minutes: 1000 calendar years are
+// 365242 or 365243 days.
+const calendarTTL = "1000 years -360000 days 9 minutes"
 
 // rowsOf is a call that counts the rows of sql.
 func rowsOf(sql string, args ...any) func(ctx context.Context, c *pgx.Conn) (hostileResult, error) {
@@ -1173,6 +1186,9 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 				run: rowsOf(`SELECT * FROM pgleader.acquire('h-long', $1, '10 minutes 1 microsecond', 0, NULL)`, hostileHolder)},
 			{what: "acquire an own key for 100 years", code: "22023", msg: "exceeds max_ttl",
 				run: rowsOf(`SELECT * FROM pgleader.acquire('h-long', $1, '100 years', 0, NULL)`, hostileHolder)},
+			// The TTL compares below max_ttl; the expiry must not be beyond it.
+			{what: "acquire an own key for " + calendarTTL, code: anyOutcome,
+				run: rowsOf(`SELECT * FROM pgleader.acquire('h-calendar', $1, $2::interval, 0, NULL)`, hostileHolder, calendarTTL)},
 		},
 		"pgleader.acquire_many(text[],text,interval,integer,bigint[])": {
 			{what: "acquire an own new key and the victim's key", code: refused, msg: other,
@@ -1191,6 +1207,9 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 				run: rowsOf(`SELECT * FROM pgleader.campaign($1, $2, '1 minute', 0, NULL, 2147483647, '1 minute')`, victimKey, hostileHolder)},
 			{what: "re-register the victim's candidate with another priority", code: refused, msg: other,
 				run: rowsOf(`SELECT * FROM pgleader.campaign($1, $2, '1 minute', 0, 'h', -2147483648, '1 minute')`, victimKey, victimCandidate)},
+			// campaign bounds a candidate's registration by max_ttl.
+			{what: "register a candidate on an own held key for " + calendarTTL, code: anyOutcome,
+				run: rowsOf(`SELECT * FROM pgleader.campaign($1, 'h-2', '1 minute', 0, NULL, 0, $2::interval)`, hostileKey, calendarTTL)},
 		},
 		"pgleader.candidates(text)": {
 			// A read: the candidates are listed, nothing changes.
@@ -1271,11 +1290,15 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 		"pgleader.renew(text,text,bigint,interval)": {
 			{what: "renew the victim's term for max_ttl", code: refused, msg: other,
 				run: rowsOf(`SELECT pgleader.renew($1, $2, $3, '10 minutes')`, victimKey, victimHolder, tok)},
+			{what: "renew an own term for " + calendarTTL, code: anyOutcome,
+				run: rowsOf(`SELECT pgleader.renew($1, $2, $3, $4::interval)`, hostileKey, hostileHolder, e.hToken, calendarTTL)},
 		},
 		"pgleader.renew_many(text,text[],bigint[],interval)": {
 			{what: "renew the victim's keys for max_ttl",
 				run:    rowsOf(`SELECT * FROM pgleader.renew_many($1, ARRAY[$2, $3], ARRAY[$4, $5]::bigint[], '10 minutes')`, victimHolder, victimKey, victimSetKey, tok, stok),
 				verify: wantRows(0)},
+			{what: "renew an own key for " + calendarTTL, code: anyOutcome,
+				run: rowsOf(`SELECT * FROM pgleader.renew_many($1, ARRAY[$2], ARRAY[$3::bigint], $4::interval)`, hostileHolder, hostileKey, e.hToken, calendarTTL)},
 		},
 		"pgleader.renew_term(text,text,bigint,interval)": {
 			{what: "renew the victim's term", code: refused, msg: other,
@@ -1305,6 +1328,8 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 				verify: wantRows(0)},
 		},
 		"pgleader.set_renew(text,text,text[],bigint[],interval,integer)": {
+			{what: "renew an own set membership for " + calendarTTL, code: anyOutcome,
+				run: rowsOf(`SELECT * FROM pgleader.set_renew($1, $2, '{}', '{}', $3::interval, 0)`, hostileSet, hostileHolder, calendarTTL)},
 			{what: "renew the victim's set key and membership",
 				run: textsOf(`SELECT renewed::text FROM pgleader.set_renew($1, $2, ARRAY[$3], ARRAY[$4::bigint], '10 minutes', 5)`,
 					victimSet, victimHolder, victimSetKey, stok),
