@@ -518,6 +518,7 @@ func TestHostileRole(t *testing.T) {
 	t.Run("table", func(t *testing.T) { e.testTables(t) })
 	t.Run("ddl", func(t *testing.T) { e.testDDL(t) })
 	t.Run("session", func(t *testing.T) { e.testSession(t) })
+	t.Run("upgrade", func(t *testing.T) { testHostileUpgrade(t) })
 	t.Run("advisory_lock", func(t *testing.T) {
 		t.Run(fmt.Sprintf("v%d", migrations.Latest), func(t *testing.T) { e.testAdvisoryLock(t) })
 		t.Run("control_v12", func(t *testing.T) { controls[12].testAdvisoryLockBlocksOnV12(t) })
@@ -702,6 +703,59 @@ func hostileReproductions() []hostileRepro {
 		},
 		harm: "V's renewal of its term on r6 failed: the term was ended",
 	}}
+}
+
+// testHostileUpgrade: V's term and fence from before the boundary, carried
+// across the upgrade to version 13, are V's as much as those it starts
+// after: H, with lease()'s and fence_floor()'s values, can end neither.
+func testHostileUpgrade(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewEmpty(t)
+	if err := migrations.To(ctx, db.Pool, 12); err != nil {
+		t.Fatal(err)
+	}
+	e := newHostileEnv(t, db, 12)
+	token := vAcquire(t, e, "pre", 0)
+	mustExec(t, e.vc, `SELECT pgleader.fence_claim('pre-res', 7)`)
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	e.version = migrations.Latest
+	// V's replica renews its term, as it does every tick, on version 13.
+	var exp *time.Time
+	if err := e.vc.QueryRow(ctx, `SELECT pgleader.renew('pre', $1, $2, '5 minutes')`, victimHolder, token).Scan(&exp); err != nil || exp == nil {
+		t.Fatalf("V's renewal of its term across the upgrade: %v, %v", exp, err)
+	}
+
+	t.Run("release_pre_upgrade_term", func(t *testing.T) {
+		err := e.attempt(t, "H's release of V's pre-upgrade term with lease()'s values", func(ctx context.Context) error {
+			var holder *string
+			var tok int64
+			if err := e.hc.QueryRow(ctx, `SELECT holder, token FROM pgleader.lease('pre')`).Scan(&holder, &tok); err != nil || holder == nil {
+				return fmt.Errorf("lease('pre') as H: %v, %w", holder, err)
+			}
+			_, err := e.hc.Exec(ctx, `SELECT pgleader.release('pre', $1, $2)`, *holder, tok)
+			return err
+		})
+		wantCode(t, "H's release of V's pre-upgrade term", err, "42501", "may not release it")
+		if err := e.vc.QueryRow(ctx, `SELECT pgleader.renew('pre', $1, $2, '5 minutes')`, victimHolder, token).Scan(&exp); err != nil || exp == nil {
+			t.Errorf("V's renewal after H's attempt: %v, %v; want V's term alive", exp, err)
+		}
+	})
+	t.Run("write_under_pre_upgrade_fence", func(t *testing.T) {
+		err := e.attempt(t, "H's fence_write at V's pre-upgrade fence", func(ctx context.Context) error {
+			var floor int64
+			if err := e.hc.QueryRow(ctx, `SELECT pgleader.fence_floor('pre-res')`).Scan(&floor); err != nil {
+				return err
+			}
+			_, err := e.hc.Exec(ctx, `SELECT pgleader.fence_write('pre-res', $1)`, floor)
+			return err
+		})
+		wantCode(t, "H's fence_write under V's pre-upgrade resource", err, "42501", "may not write under it")
+		if _, err := e.vc.Exec(ctx, `SELECT pgleader.fence_write('pre-res', 7)`); err != nil {
+			t.Errorf("V's fence_write('pre-res', 7) after H's attempt: %v; want V's writes accepted", err)
+		}
+	})
 }
 
 // testAdvisoryLock: H holds the settings' advisory lock exclusively in one
