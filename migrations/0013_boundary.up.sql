@@ -955,8 +955,8 @@ END
 $$;
 
 -- set_status, as in version 7, and: the members of the caller's role; the
--- schema's owner and steer roles see the members of the roles that own the
--- keys they name (of every role when they name none).
+-- schema's owner and steer roles also see the members of the roles that
+-- own the keys they name.
 CREATE OR REPLACE FUNCTION pgleader.set_status(p_set text, p_keys text[] DEFAULT NULL)
 RETURNS TABLE(owner text, member boolean, member_held integer, member_expires_at timestamptz, leases integer, db_now timestamptz)
 LANGUAGE plpgsql
@@ -974,8 +974,7 @@ BEGIN
         SELECT s.owner, sum(s.held)::integer AS held, max(s.expires_at) AS expires_at FROM pgleader.set_member AS s
          WHERE s.set_name = p_set AND s.expires_at > clock_timestamp()
            AND (s.role = c
-                OR (all_roles AND (coalesce(cardinality(p_keys), 0) = 0
-                                   OR s.role IN (SELECT l.role FROM pgleader.lease AS l WHERE l.key = ANY (p_keys)))))
+                OR (all_roles AND s.role IN (SELECT l.role FROM pgleader.lease AS l WHERE l.key = ANY (p_keys))))
          GROUP BY s.owner
     ), h AS (
         SELECT coalesce(l.holder, '') AS holder, count(*)::integer AS n

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgleader/pgleader/migrations"
+
 	"github.com/pgleader/pgleader/internal/pgtest"
 )
 
@@ -69,4 +71,144 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
+}
+
+// TestUpgradeTakesBackTablePrivileges: a role granted on version 12 (SELECT,
+// INSERT, UPDATE on the tables, EXECUTE on every function) keeps, after
+// the upgrade to 13, exactly what grant_usage grants now: no privilege on
+// any table, EXECUTE on the application's functions and on nothing else.
+func TestUpgradeTakesBackTablePrivileges(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ctx := context.Background()
+	if err := migrations.To(ctx, db.Pool, 12); err != nil {
+		t.Fatal(err)
+	}
+	role, _ := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	var before bool
+	if err := db.Pool.QueryRow(ctx, `SELECT has_table_privilege($1, 'pgleader.lease', 'UPDATE')`, role).Scan(&before); err != nil || !before {
+		t.Fatalf("on version 12 the granted role may not update pgleader.lease (%v, %v); the test needs it to", before, err)
+	}
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Pool.Query(ctx, `
+		SELECT c.relname || ' ' || p.priv
+		  FROM pg_class AS c, unnest(ARRAY['SELECT','INSERT','UPDATE','DELETE','TRUNCATE','REFERENCES','TRIGGER']) AS p(priv)
+		 WHERE c.relnamespace = 'pgleader'::regnamespace AND c.relkind = 'r' AND has_table_privilege($1, c.oid, p.priv)
+		UNION ALL
+		SELECT 'EXECUTE ' || f.oid::regprocedure::text
+		  FROM pg_proc AS f
+		 WHERE f.pronamespace = 'pgleader'::regnamespace
+		   AND has_function_privilege($1, f.oid, 'EXECUTE') <> (f.oid IN (SELECT * FROM pgleader._app_functions()))`, role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wrong) > 0 {
+		t.Fatalf("after the upgrade the role granted on version 12 has, or lacks, %v", wrong)
+	}
+	var apps int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader._app_functions() AS f WHERE has_function_privilege($1, f, 'EXECUTE')`, role).Scan(&apps); err != nil || apps < 30 {
+		t.Fatalf("the role may execute %d application functions (%v); want all of them (30 or more)", apps, err)
+	}
+}
+
+// TestGroupRole: replicas that log in with roles of their own and SET ROLE
+// to a group role they are members of act as the group: a key one of them
+// acquired is the group's, and another member takes it over after it. A
+// member that did not SET ROLE still acts on the group's keys (it could
+// SET ROLE to the group anyway); a role outside the group may not.
+func TestGroupRole(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	group, _ := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	outsider, outsiderURL := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	m1, url1 := db.NewRole(t, "")
+	m2, url2 := db.NewRole(t, "")
+	for _, m := range []string{m1, m2} {
+		mustExec(t, db.Pool, "GRANT "+pgx.Identifier{group}.Sanitize()+" TO "+pgx.Identifier{m}.Sanitize())
+	}
+	asGroup := func(u string) *pgx.Conn {
+		c := connect(t, u)
+		mustExec(t, c, "SET ROLE "+pgx.Identifier{group}.Sanitize())
+		return c
+	}
+	r1, r2 := asGroup(url1), asGroup(url2)
+	if r := acquire(t, r1, "k", "r1", "1 minute"); !r.acquired {
+		t.Fatalf("acquire by member %s as the group = %+v", m1, r)
+	}
+	var role string
+	if err := db.Pool.QueryRow(ctx, `SELECT role FROM pgleader.lease WHERE key = 'k'`).Scan(&role); err != nil || role != group {
+		t.Fatalf("the key belongs to %q (%v); want the group %s", role, err, group)
+	}
+	mustExec(t, r1, `SELECT pgleader.release('k', 'r1', 1)`)
+	if r := acquire(t, r2, "k", "r2", "1 minute"); !r.acquired || r.token != 2 {
+		t.Fatalf("acquire by member %s as the group after r1's release = %+v; want token 2", m2, r)
+	}
+	// A member without SET ROLE: the group's key is its group's.
+	plain := connect(t, url1)
+	var exp *time.Time
+	if err := plain.QueryRow(ctx, `SELECT pgleader.renew('k', 'r2', 2, '1 minute')`).Scan(&exp); err != nil || exp == nil {
+		t.Fatalf("renewal by member %s without SET ROLE: %v, %v; want the group's term renewed", m1, exp, err)
+	}
+	// A role outside the group may not.
+	_, err := connect(t, outsiderURL).Exec(ctx, `SELECT pgleader.release('k', 'r2', 2)`)
+	wantCode(t, "release of the group's key by "+outsider, err, "42501", "belongs to role")
+}
+
+// TestSetStatusPerRole: two roles run sets of the same name with replicas
+// of the same name. Each role's set_status lists its own member only; the
+// schema's owner, naming one role's keys, sees that role's member with its
+// own count (not the two merged), and naming none, every role's.
+func TestSetStatusPerRole(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, urlA := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	_, urlB := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	a, b := connect(t, urlA), connect(t, urlB)
+	join := func(c *pgx.Conn, keys []string) {
+		t.Helper()
+		var got []string
+		if err := c.QueryRow(ctx, `SELECT keys FROM pgleader.set_acquire('s', 'replica-0', $1, '1 minute', 0)`, keys).Scan(&got); err != nil || len(got) != len(keys) {
+			t.Fatalf("set_acquire %v = %v, %v", keys, got, err)
+		}
+		tokens := make([]int64, len(keys))
+		for i := range tokens {
+			tokens[i] = 1
+		}
+		mustExec(t, c, `SELECT pgleader.set_renew('s', 'replica-0', $1, $2, '1 minute', $3)`, keys, tokens, len(keys))
+	}
+	join(a, []string{"a1", "a2"})
+	join(b, []string{"b1", "b2", "b3"})
+	status := func(c interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}, keys []string) string {
+		t.Helper()
+		var s string
+		if err := c.QueryRow(ctx, `SELECT string_agg(owner || ' member=' || member || ' reported=' || coalesce(member_held::text, '-') || ' holds=' || leases, '; ' ORDER BY owner)
+			FROM pgleader.set_status('s', $1)`, keys).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, c := range []struct {
+		what string
+		got  string
+		want string
+	}{
+		{"A's view of its keys", status(a, []string{"a1", "a2"}), "replica-0 member=true reported=2 holds=2"},
+		{"B's view of its keys", status(b, []string{"b1", "b2", "b3"}), "replica-0 member=true reported=3 holds=3"},
+		{"the owner's view of A's keys", status(db.Pool, []string{"a1", "a2"}), "replica-0 member=true reported=2 holds=2"},
+		{"the owner's view of B's keys", status(db.Pool, []string{"b1", "b2", "b3"}), "replica-0 member=true reported=3 holds=3"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %q; want %q", c.what, c.got, c.want)
+		}
+	}
 }
