@@ -2,10 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"time"
@@ -98,6 +99,10 @@ func (b *bench) definerTable(ctx context.Context) error {
 		for _, s := range sides {
 			s.record = i >= definerWarm
 		}
+		// And shuffle the statements' order, so that nothing periodic (a
+		// checkpoint, another session's commits) falls on one statement
+		// of one version more than on the other's.
+		rand.Shuffle(len(cycles), func(a, b int) { cycles[a], cycles[b] = cycles[b], cycles[a] })
 		for _, c := range cycles {
 			if err := c(ctx, first); err != nil {
 				return err
@@ -111,7 +116,7 @@ func (b *bench) definerTable(ctx context.Context) error {
 
 	fmt.Printf("## SECURITY DEFINER cost (schema version 12 against %d, as an application role; %d interleaved samples per statement and version, %.0f s)\n\n",
 		migrations.Latest, *definerSamples, took.Seconds())
-	fmt.Printf("v12: invoker, table grants. v%d: definer, role checks. One warm pgx.Conn per version as its role, statements unprepared (as pgleader sends them); the versions alternate statement by statement, which goes first alternating by sample; %d rounds unmeasured first.\n", migrations.Latest, definerWarm)
+	fmt.Printf("v12: invoker, table grants. v%d: definer, role checks. One warm pgx.Conn per version as its role, statements unprepared (as pgleader sends them); the versions alternate statement by statement, which goes first alternating by sample, the statements in a new random order each sample; %d rounds unmeasured first.\n", migrations.Latest, definerWarm)
 	for _, s := range sides {
 		fmt.Println("- " + s.about)
 	}
@@ -179,9 +184,9 @@ func (b *bench) openDefiner(ctx context.Context, version uint, label string) (s 
 	})
 
 	suffix := make([]byte, 6)
-	_, _ = rand.Read(suffix)
+	_, _ = crand.Read(suffix)
 	password := make([]byte, 12)
-	_, _ = rand.Read(password)
+	_, _ = crand.Read(password)
 	role := "pgleader_bench_app_" + hex.EncodeToString(suffix)
 	ident := pgx.Identifier{role}.Sanitize()
 	// A password, for servers that ask for one; a trusting server ignores it.

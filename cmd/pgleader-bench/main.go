@@ -42,7 +42,7 @@ var (
 	setBig         = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
 	setShared      = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
 	setFor         = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
-	definerSamples = flag.Int("definer-samples", 500, "samples per statement and schema version in the definer measurement")
+	definerSamples = flag.Int("definer-samples", 400, "samples per statement and schema version in the definer measurement")
 )
 
 // quiet discards the electors' logs; the bench prints its own table.
