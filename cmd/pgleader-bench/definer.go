@@ -75,6 +75,9 @@ type definerSide struct {
 // (SECURITY DEFINER functions, role checks, no table privileges),
 // interleaved, on one warm connection per version.
 func (b *bench) definerTable(ctx context.Context) error {
+	if *definerSamples < 1 {
+		return fmt.Errorf("-definer-samples %d: want at least 1", *definerSamples)
+	}
 	v12, done12, err := b.openDefiner(ctx, 12, "v12")
 	if err != nil {
 		return err
