@@ -1,10 +1,11 @@
 // Command pgleader-bench measures pgleader against a local PostgreSQL and
 // prints a table: graceful handover with and without NOTIFY, crash failover,
-// the statements idle candidates and leaders issue, and the cost of fenced
-// writes. It creates a scratch database, drops it at the end, and touches
-// nothing else.
+// the statements idle candidates and leaders issue, the cost of fenced
+// writes, and what schema version 13's SECURITY DEFINER functions cost
+// against version 12. It creates scratch databases (and, for the last, two
+// application roles), drops them at the end, and touches nothing else.
 //
-//	go run ./cmd/pgleader-bench [-handovers 50] [-failovers 10] [-load 30s]
+//	go run ./cmd/pgleader-bench [-handovers 50] [-failovers 10] [-load 30s] [-only definer]
 //
 // The server is DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres.
 package main
@@ -31,16 +32,17 @@ import (
 )
 
 var (
-	handovers     = flag.Int("handovers", 50, "graceful handovers per mode")
-	agedHandovers = flag.Int("aged-handovers", 20, "graceful hand-offs to a candidate whose registration is older than RenewEvery + Margin")
-	failovers     = flag.Int("failovers", 10, "crash failovers (each takes about one TTL)")
-	loadFor       = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
-	fenceFor      = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
-	rounds        = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
-	only          = flag.String("only", "", "comma-separated subset: handover,failover,load,fence,sets")
-	setBig        = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
-	setShared     = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
-	setFor        = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
+	handovers      = flag.Int("handovers", 50, "graceful handovers per mode")
+	agedHandovers  = flag.Int("aged-handovers", 20, "graceful hand-offs to a candidate whose registration is older than RenewEvery + Margin")
+	failovers      = flag.Int("failovers", 10, "crash failovers (each takes about one TTL)")
+	loadFor        = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
+	fenceFor       = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
+	rounds         = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
+	only           = flag.String("only", "", "comma-separated subset: handover,failover,load,fence,sets,definer")
+	setBig         = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
+	setShared      = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
+	setFor         = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
+	definerSamples = flag.Int("definer-samples", 400, "samples per statement and schema version in the definer measurement")
 )
 
 // quiet discards the electors' logs; the bench prints its own table.
@@ -77,7 +79,7 @@ func run(ctx context.Context) error {
 	if err := migrations.UpURL(ctx, dbURL); err != nil {
 		return err
 	}
-	b := &bench{url: dbURL}
+	b := &bench{url: dbURL, server: server}
 	if err := b.init(ctx); err != nil {
 		return err
 	}
@@ -135,12 +137,18 @@ func run(ctx context.Context) error {
 			return fmt.Errorf("sets: %w", err)
 		}
 	}
+	if want("definer") {
+		if err := b.definerTable(ctx); err != nil {
+			return fmt.Errorf("definer: %w", err)
+		}
+	}
 	return nil
 }
 
 type bench struct {
-	url   string
-	admin *pgxpool.Pool
+	url    string
+	server string // the server's URL, for more scratch databases
+	admin  *pgxpool.Pool
 }
 
 func (b *bench) init(ctx context.Context) error {
