@@ -24,13 +24,16 @@
 
 -- Who calls. current_setting('role') is the role of SET ROLE ('none' when
 -- none was set); PostgreSQL lets a session set only a role its user may
--- become.
+-- become. These helpers are PL/pgSQL, whose plans a session keeps: a SQL
+-- function that cannot be inlined is planned again in every statement.
 CREATE FUNCTION pgleader._caller()
 RETURNS name
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
-    SELECT coalesce(nullif(current_setting('role'), 'none'), session_user)::name
+BEGIN
+    RETURN coalesce(nullif(current_setting('role'), 'none'), session_user)::name;
+END
 $$;
 
 -- Roles that may steer other roles' keys (resign, transfer, advance).
@@ -44,15 +47,19 @@ CREATE TABLE pgleader.steerer (
 -- p_steer.
 CREATE FUNCTION pgleader._privileged(p_steer boolean)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
-    SELECT pg_has_role(c.r, n.nspowner, 'USAGE')
-           OR (p_steer AND EXISTS (SELECT 1 FROM pgleader.steerer AS s
-                                     JOIN pg_catalog.pg_roles AS ro ON ro.rolname = s.role
-                                    WHERE pg_has_role(c.r, ro.oid, 'USAGE')))
-      FROM (SELECT pgleader._caller() AS r) AS c, pg_catalog.pg_namespace AS n
-     WHERE n.nspname = 'pgleader'
+DECLARE
+    c name := pgleader._caller();
+BEGIN
+    IF pg_has_role(c, (SELECT n.nspowner FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'pgleader'), 'USAGE') THEN
+        RETURN true;
+    END IF;
+    RETURN p_steer AND EXISTS (SELECT 1 FROM pgleader.steerer AS s
+                                 JOIN pg_catalog.pg_roles AS ro ON ro.rolname = s.role
+                                WHERE pg_has_role(c, ro.oid, 'USAGE'));
+END
 $$;
 
 -- Whether the caller may act on a key or resource of p_role (NULL: nobody's
@@ -60,13 +67,24 @@ $$;
 -- or any when _privileged.
 CREATE FUNCTION pgleader._own(p_role text, p_steer boolean)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
-    SELECT p_role IS NULL OR p_role = pgleader._caller()
-           OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles AS ro
-                       WHERE ro.rolname = p_role AND pg_has_role(pgleader._caller(), ro.oid, 'USAGE'))
-           OR pgleader._privileged(p_steer)
+DECLARE
+    c name;
+BEGIN
+    IF p_role IS NULL THEN
+        RETURN true;
+    END IF;
+    c := pgleader._caller();
+    IF p_role = c THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles AS ro WHERE ro.rolname = p_role AND pg_has_role(c, ro.oid, 'USAGE')) THEN
+        RETURN true;
+    END IF;
+    RETURN pgleader._privileged(p_steer);
+END
 $$;
 
 CREATE FUNCTION pgleader._refuse(p_what text, p_name text, p_role text)
