@@ -2,8 +2,6 @@ package migrations_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/url"
 	"strings"
@@ -21,29 +19,14 @@ import (
 // is not a timing assertion.
 const waitTimeout = 15 * time.Second
 
-// createRole creates a LOGIN role with a unique name, and drops it (and
-// whatever it owns or was granted in db) when the test ends. Roles are
-// cluster-wide, so the name is random.
 // rolePassword is every test role's password.
-const rolePassword = "pgleader-test"
+const rolePassword = pgtest.RolePassword
 
+// createRole creates a LOGIN role with a unique name, and drops it (and
+// whatever it owns or was granted in db) when the test ends.
 func createRole(t *testing.T, db *pgtest.DB) string {
 	t.Helper()
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	role := "pgleader_test_role_" + hex.EncodeToString(b)
-	// A password, for servers that ask for one (testcontainers' image
-	// trusts only local connections); a trusting server ignores it.
-	mustExec(t, db.Pool, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN PASSWORD '"+rolePassword+"'")
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_, _ = db.Pool.Exec(ctx, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
-		if _, err := db.Pool.Exec(ctx, "DROP ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-		}
-	})
+	role, _ := db.NewRole(t, "")
 	return role
 }
 

@@ -229,7 +229,9 @@ func testStatusAndAdvance(t *testing.T, bin string) {
 
 	code, stdout, stderr = runCLI(t, bin, nil, "status", "--database", db.URL)
 	table := regexp.MustCompile(`^KEY +HOLDER +TOKEN +EXPIRES IN +VALUE\n` +
-		`alpha +replica-a +42 +(59\.\d+|60)s +-\n` +
+		// The minute's lease, less however long acquiring and starting
+		// the command took on a busy machine.
+		`alpha +replica-a +42 +(5\d(\.\d+)?|60)s +-\n` +
 		`beta +- +1 +- +-\n$`)
 	if code != 0 || !table.MatchString(stdout) {
 		t.Fatalf("status: status %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)

@@ -4,8 +4,6 @@ package main_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
 	"strings"
 	"testing"
@@ -20,21 +18,7 @@ import (
 // the test ends.
 func createRole(t *testing.T, db *pgtest.DB) string {
 	t.Helper()
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	role := "pgleader_test_role_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	if _, err := db.Pool.Exec(ctx, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(ctx, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
-		if _, err := db.Pool.Exec(ctx, "DROP ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-		}
-	})
+	role, _ := db.NewRole(t, "")
 	return role
 }
 
