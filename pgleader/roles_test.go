@@ -473,7 +473,15 @@ func TestTwoServicesOnTwoRoles(t *testing.T) {
 		{"sqlfence.WithLease", func() error { return sqlfence.WithLease(ctx, attacker, a.key, token, nil) }},
 	}
 	for _, c := range goCalls {
-		wantRefused(t, "as b, "+c.name, c.call(), roleA)
+		err := c.call()
+		wantRefused(t, "as b, "+c.name, err, roleA)
+		sentinel := pgleader.ErrForbidden
+		if strings.HasPrefix(c.name, "sqlfence.") {
+			sentinel = sqlfence.ErrForbidden
+		}
+		if !errors.Is(err, sentinel) {
+			t.Errorf("as b, %s: err = %v; want it to match %v", c.name, err, sentinel)
+		}
 	}
 
 	// A's term is as it was: same holder and token, no resignation or

@@ -70,7 +70,8 @@
 // one; it matches [ErrFenced]. A failed lease guard matches
 // [ErrLeaseNotHeld], a missing [Column] row [ErrNotFound], bad input
 // [ErrInvalid] (checked before any statement runs), a database without the
-// schema [ErrNotMigrated].
+// schema [ErrNotMigrated], a resource or key of another role (schema version
+// 13) [ErrForbidden].
 //
 // Refusals of strengths 2 and 3, and of the trigger, are raised by
 // PostgreSQL (SQLSTATE [CodeFenced] and [CodeLeaseNotHeld]), so the

@@ -42,6 +42,14 @@ var (
 	// [MaxToken].
 	ErrInvalid = errors.New("sqlfence: invalid")
 
+	// ErrForbidden is matched when PostgreSQL refused the call to the
+	// connection's role (SQLSTATE 42501): the resource or key belongs to
+	// another role (from schema version 13 a fence resource is the role's
+	// that first claimed or wrote it, a key the role's that first acquired
+	// it), or the role was not granted the use of pgleader. The PostgreSQL
+	// error, which names the owning role, is wrapped too.
+	ErrForbidden = errors.New("sqlfence: forbidden to this role")
+
 	// ErrNotMigrated is matched when the database lacks the pgleader schema
 	// at version 2 or later, which holds the guard table and functions.
 	ErrNotMigrated = errors.New("sqlfence: the pgleader schema is missing or outdated; " +
@@ -155,7 +163,7 @@ func resourceFromMessage(msg string) string {
 
 // sqlError maps an error from a statement on pgleader's own tables and
 // functions.
-var sqlError = check.Sentinels{Prefix: "sqlfence", NotMigrated: ErrNotMigrated, Invalid: ErrInvalid}.SQLError
+var sqlError = check.Sentinels{Prefix: "sqlfence", NotMigrated: ErrNotMigrated, Invalid: ErrInvalid, Forbidden: ErrForbidden}.SQLError
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
