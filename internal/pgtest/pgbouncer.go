@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -23,15 +24,19 @@ import (
 // If pgbouncer is not installed (Debian: apt-get install pgbouncer) the
 // test is skipped with a message saying so, unless the environment
 // variable RequirePgbouncer is set, as .ci/run sets it: then it fails.
-func (d *DB) Pgbouncer(t testing.TB) string {
+//
+// users are more roles that may log in through it (d's own user always
+// may); a client connects as one of them with the URL's user replaced,
+// and pgbouncer logs in to the server as that same role.
+func (d *DB) Pgbouncer(t testing.TB, users ...string) string {
 	t.Helper()
-	via, _ := d.PgbouncerWithLog(t)
+	via, _ := d.PgbouncerWithLog(t, users...)
 	return via
 }
 
 // PgbouncerWithLog is Pgbouncer, and also returns a function that reads
 // pgbouncer's log so far.
-func (d *DB) PgbouncerWithLog(t testing.TB) (string, func() string) {
+func (d *DB) PgbouncerWithLog(t testing.TB, users ...string) (string, func() string) {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -96,7 +101,11 @@ pidfile = %s
 			t.Fatal(err)
 		}
 	}
-	must(os.WriteFile(filepath.Join(dir, "users.txt"), []byte(fmt.Sprintf("%q \"\"\n", username)), 0o644))
+	var list strings.Builder
+	for _, u := range append([]string{username}, users...) {
+		fmt.Fprintf(&list, "%q \"\"\n", u)
+	}
+	must(os.WriteFile(filepath.Join(dir, "users.txt"), []byte(list.String()), 0o644))
 	must(os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(conf), 0o644))
 
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
