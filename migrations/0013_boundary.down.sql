@@ -3,6 +3,26 @@
 -- roles in the rows. Privileges granted on the tables before version 13 are
 -- not given back: run grant_usage of version 12 again for each role.
 
+CREATE OR REPLACE FUNCTION pgleader._lock_settings()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    k record := pgleader._settings_lock();
+BEGIN
+    FOR i IN 1..500 LOOP
+        IF pg_try_advisory_xact_lock(k.classid, k.objid) THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+    RAISE EXCEPTION 'pgleader: the settings are in use by lease operations whose transactions stayed open for 5 seconds'
+        USING ERRCODE = '55P03',
+              HINT = 'A lease operation (acquire, renew, a set''s tick, …) inside a long transaction holds them until it ends. Retry, or end that transaction (see pg_locks, locktype advisory, classid 1885826148).';
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION pgleader._check_args(p_key text, p_owner text, p_ttl interval, p_need_owner boolean, p_need_ttl boolean)
  RETURNS void
  LANGUAGE plpgsql

@@ -221,6 +221,41 @@ BEGIN
 END
 $$;
 
+-- _lock_settings, as in version 11, and: the settings row too. A lease
+-- operation that found the advisory lock taken holds the row FOR SHARE
+-- until its transaction ends; a setter queued for that row would hold the
+-- advisory lock meanwhile, and every lease operation would read the row
+-- instead, for as long as that transaction lasts. So a setter tries for the
+-- row as it does for the advisory lock, NOWAIT, within the same 5 seconds,
+-- and then gives up (55P03).
+CREATE OR REPLACE FUNCTION pgleader._lock_settings()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+DECLARE
+    k record := pgleader._settings_lock();
+    have_advisory boolean := false;
+BEGIN
+    FOR i IN 1..500 LOOP
+        IF NOT have_advisory THEN
+            have_advisory := pg_try_advisory_xact_lock(k.classid, k.objid);
+        END IF;
+        IF have_advisory THEN
+            BEGIN
+                PERFORM 1 FROM pgleader.settings AS s FOR UPDATE NOWAIT;
+                RETURN;
+            EXCEPTION WHEN lock_not_available THEN
+                NULL; -- a lease operation's transaction still reads the row
+            END;
+        END IF;
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+    RAISE EXCEPTION 'pgleader: the settings are in use by lease operations whose transactions stayed open for 5 seconds'
+        USING ERRCODE = '55P03',
+              HINT = 'A lease operation (acquire, renew, a set''s tick, …) inside a long transaction holds them until it ends. Retry, or end that transaction (see pg_locks: locktype advisory, classid 1885826148, or a row lock on pgleader.settings).';
+END
+$$;
+
 -- campaign, as in version 11, and: only on the caller's keys; a win records
 -- the caller as the key's role if it had none.
 CREATE OR REPLACE FUNCTION pgleader.campaign(p_key text, p_owner text, p_ttl interval, p_floor bigint, p_value text,

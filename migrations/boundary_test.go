@@ -19,9 +19,10 @@ import (
 // FOR SHARE instead. The setters' serialization must still hold: here an
 // acquire with a 60 s TTL runs while a hostile session holds the advisory
 // lock, its transaction stays open, the hostile session lets go, and a
-// setter lowering max_ttl to 2 s must wait for that transaction and then
-// refuse. Were the fallback a plain read, the setter would find no term,
-// and a 60 s term would commit under a 2 s max_ttl.
+// setter lowering max_ttl to 2 s must wait for that transaction (it tries
+// for the settings row, for up to 5 s) and then refuse. Were the fallback
+// a plain read, the setter would find no term, and a 60 s term would
+// commit under a 2 s max_ttl.
 func TestSettingsSerializedWhenTheAdvisoryLockIsTaken(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -49,7 +50,7 @@ func TestSettingsSerializedWhenTheAdvisoryLockIsTaken(t *testing.T) {
 		_, err := setter.Exec(ctx, `SELECT pgleader.set_max_ttl('2 seconds')`)
 		done <- err
 	}()
-	waitLockWait(t, db.Pool, pid)
+	waitSleeping(t, db.Pool, pid) // trying for the settings row, which the open acquire reads
 	mustExec(t, app, `COMMIT`)
 	select {
 	case err := <-done:
@@ -210,5 +211,61 @@ func TestSetStatusPerRole(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s: %q; want %q", c.what, c.got, c.want)
 		}
+	}
+}
+
+// TestSetterDoesNotStallLeaseOperations: a lease operation that read the
+// settings row FOR SHARE (because another session held the settings'
+// advisory lock at that moment) and whose transaction stays open must not
+// let a setter stall every other lease operation. The setter holds the
+// advisory lock exclusively while it tries for the row; were it to queue
+// for the row lock, every later lease operation would fall back to the row
+// and queue behind it, for as long as that transaction stays open. It must
+// give up instead (55P03, as when lease operations hold the advisory lock)
+// while the others go on.
+func TestSetterDoesNotStallLeaseOperations(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, hostileURL := db.NewRole(t, "")
+	_, appURL := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+
+	hostile := connect(t, hostileURL)
+	mustExec(t, hostile, `SELECT pg_advisory_lock(1885826148, 1)`)
+	long := connect(t, appURL)
+	mustExec(t, long, `BEGIN`)
+	if r := acquire(t, long, "long", "a", "1 minute"); !r.acquired {
+		t.Fatalf("acquire in the long transaction = %+v", r)
+	}
+	mustExec(t, hostile, `SELECT pg_advisory_unlock(1885826148, 1)`)
+	defer mustExec(t, long, `ROLLBACK`)
+
+	setter := db.Conn(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := setter.Exec(ctx, `SELECT pgleader.set_max_ttl('2 minutes')`)
+		done <- err
+	}()
+	// While the setter tries, other lease operations go on.
+	app := connect(t, appURL)
+	deadline := time.Now().Add(3 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		actx, cancel := context.WithTimeout(ctx, waitTimeout)
+		var acquired bool
+		err := app.QueryRow(actx, `SELECT acquired FROM pgleader.acquire('other', 'b', '1 minute')`).Scan(&acquired)
+		cancel()
+		if err != nil {
+			t.Fatalf("acquire %d of another key while the setter tries: %v", i, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		wantCode(t, "set_max_ttl beside an open lease operation that read the settings row", err, "55P03", "settings are in use")
+	case <-time.After(waitTimeout):
+		t.Fatal("set_max_ttl did not return")
+	}
+	if m := maxTTL(t, db.Pool); m != 10*time.Minute {
+		t.Fatalf("max_ttl = %v; want 10m unchanged", m)
 	}
 }
