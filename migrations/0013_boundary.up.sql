@@ -256,8 +256,9 @@ BEGIN
 END
 $$;
 
--- campaign, as in version 11, and: only on the caller's keys; a win records
--- the caller as the key's role if it had none.
+-- campaign, as in version 11, and: only on the caller's keys, checked on the
+-- locked row (a refusal ends the statement, and the lock with it); a win
+-- records the caller as the key's role if it had none.
 CREATE OR REPLACE FUNCTION pgleader.campaign(p_key text, p_owner text, p_ttl interval, p_floor bigint, p_value text,
                                              p_priority integer, p_candidate interval)
 RETURNS TABLE(acquired boolean, holder text, token bigint, expires_at timestamptz, db_now timestamptz, value text, acquired_at timestamptz)
@@ -273,7 +274,6 @@ BEGIN
     PERFORM pgleader._check_floor(p_floor);
     PERFORM pgleader._check_value(p_value);
     PERFORM pgleader._check_candidate(p_candidate, p_priority);
-    PERFORM pgleader._check_key_role(p_key, 'acquire it', false);
     g := pgleader._grace();
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
 
@@ -402,7 +402,8 @@ END
 $$;
 
 -- advance, as in version 8, and: only by the key's role, a steer role or the
--- owner. A row it creates belongs to nobody until an acquire wins it.
+-- owner, checked on the locked row. A row it creates belongs to nobody until
+-- an acquire wins it.
 CREATE OR REPLACE FUNCTION pgleader.advance(p_key text, p_floor bigint)
 RETURNS TABLE(advanced boolean, token bigint)
 LANGUAGE plpgsql
@@ -414,7 +415,6 @@ DECLARE
 BEGIN
     PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
     PERFORM pgleader._check_floor(p_floor);
-    PERFORM pgleader._check_key_role(p_key, 'advance it', true);
     g := pgleader._grace();
 
     r := pgleader._lock_row(p_key);
@@ -437,8 +437,9 @@ BEGIN
 END
 $$;
 
--- hand_off, as in version 6, and: only on the caller's keys (a key's role
--- is set once, by the first win, so the check before the lock holds).
+-- hand_off, as in version 6, and: only on the caller's keys, checked on the
+-- locked row (and, when the term does not hold it, on the key's row, so
+-- that another role's key is refused whatever the term named).
 CREATE OR REPLACE FUNCTION pgleader.hand_off(p_key text, p_owner text, p_token bigint, p_to text DEFAULT NULL)
 RETURNS TABLE(released boolean, successor text, token bigint)
 LANGUAGE plpgsql
@@ -455,12 +456,15 @@ BEGIN
     IF p_to IS NOT NULL THEN
         PERFORM pgleader._check_args(p_key, p_to, NULL, true, false);
     END IF;
-    PERFORM pgleader._check_key_role(p_key, 'hand it off', false);
     g := pgleader._grace();
 
     SELECT * INTO r FROM pgleader.lease AS l
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR UPDATE;
+    IF FOUND AND NOT pgleader._own(r.role, false) THEN
+        PERFORM pgleader._refuse('hand it off', 'key ' || to_json(p_key)::text, r.role);
+    END IF;
     IF NOT FOUND THEN
+        PERFORM pgleader._check_key_role(p_key, 'hand it off', false);
         RETURN QUERY SELECT false, NULL::text, coalesce((SELECT l.token FROM pgleader.lease AS l WHERE l.key = p_key), 0::bigint);
         RETURN;
     END IF;
@@ -812,8 +816,9 @@ BEGIN
 END
 $$;
 
--- lease_guard, as in version 11, and: only on the caller's keys. The role
--- is checked before the row is locked, so a refused guard holds no lock.
+-- lease_guard, as in version 11, and: only on the caller's keys, checked on
+-- the locked row. A refusal (42501) ends the caller's statement, and the
+-- lock with it.
 CREATE OR REPLACE FUNCTION pgleader.lease_guard(p_key text, p_token bigint)
 RETURNS void
 LANGUAGE plpgsql
@@ -829,15 +834,16 @@ BEGIN
     IF p_token IS NULL OR p_token < 1 THEN
         RAISE EXCEPTION 'pgleader: token must be positive, got %', coalesce(p_token::text, 'NULL') USING ERRCODE = '22023';
     END IF;
-    PERFORM pgleader._check_key_role(p_key, 'guard a transaction with it', false);
     g := pgleader._grace_peek();
 
     SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key FOR KEY SHARE;
+    IF FOUND AND NOT pgleader._own(r.role, false) THEN
+        PERFORM pgleader._refuse('guard a transaction with it', 'key ' || to_json(p_key)::text, r.role);
+    END IF;
     t := clock_timestamp();
 
     why := CASE
         WHEN r.key IS NULL THEN 'the key has no lease'
-        WHEN NOT pgleader._own(r.role, false) THEN format('the key belongs to role %s', quote_ident(r.role))
         WHEN r.token <> p_token THEN format('the lease is at token %s', r.token)
         WHEN r.holder IS NULL THEN 'the lease was released'
         WHEN r.expires_at <= t THEN format('the lease expired at %s; the database clock is %s', r.expires_at, t)
@@ -856,7 +862,8 @@ END
 $$;
 
 -- _fence_take, as in version 3, and: a resource belongs to the role that
--- first claimed it; the role is checked before the row is locked.
+-- first claimed it, checked on the locked row (a refusal ends the caller's
+-- statement, and the lock with it).
 CREATE OR REPLACE FUNCTION pgleader._fence_take(p_resource text, p_token bigint, p_claim boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -866,12 +873,6 @@ DECLARE
     rl text;
 BEGIN
     PERFORM pgleader._fence_check(p_resource, p_token, true);
-
-    SELECT f.role INTO rl FROM pgleader.fence AS f WHERE f.resource = p_resource;
-    IF FOUND AND NOT pgleader._own(rl, false) THEN
-        PERFORM pgleader._refuse(CASE WHEN p_claim THEN 'claim it' ELSE 'write under it' END,
-            'resource ' || to_json(p_resource)::text, rl);
-    END IF;
 
     INSERT INTO pgleader.fence AS f (resource, token, updated_at, role)
     VALUES (p_resource, p_token, clock_timestamp(), pgleader._caller())
