@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgleader/pgleader/migrations"
 
@@ -50,7 +51,7 @@ func TestSettingsSerializedWhenTheAdvisoryLockIsTaken(t *testing.T) {
 		_, err := setter.Exec(ctx, `SELECT pgleader.set_max_ttl('2 seconds')`)
 		done <- err
 	}()
-	waitSleeping(t, db.Pool, pid) // trying for the settings row, which the open acquire reads
+	waitAdvisoryHeld(t, db.Pool, pid) // then it tries for the settings row, which the open acquire reads
 	mustExec(t, app, `COMMIT`)
 	select {
 	case err := <-done:
@@ -268,4 +269,23 @@ func TestSetterDoesNotStallLeaseOperations(t *testing.T) {
 	if m := maxTTL(t, db.Pool); m != 10*time.Minute {
 		t.Fatalf("max_ttl = %v; want 10m unchanged", m)
 	}
+}
+
+// waitAdvisoryHeld waits until backend pid holds the settings' advisory lock
+// exclusively: a setter that has it tries for the settings row next.
+func waitAdvisoryHeld(t *testing.T, db *pgxpool.Pool, pid int32) {
+	t.Helper()
+	for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		var held bool
+		if err := db.QueryRow(context.Background(), `
+			SELECT EXISTS (SELECT 1 FROM pg_locks
+			                WHERE pid = $1 AND locktype = 'advisory' AND classid = 1885826148 AND objid = 1
+			                  AND mode = 'ExclusiveLock' AND granted)`, pid).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held {
+			return
+		}
+	}
+	t.Fatalf("backend %d did not take the settings' advisory lock within %v", pid, waitTimeout)
 }

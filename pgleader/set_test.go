@@ -127,8 +127,13 @@ func TestSetPostgresBodyPanic(t *testing.T) {
 	t.Parallel()
 	b, _ := newBackend(t)
 	rec := setRecorder{panics: map[string]bool{"z-002": true}}
-	r := startSet(t, b, fastSpec("panic"), keyNames("z", 4), pgleader.SetOptions{Owner: "a", Lead: rec.lead})
-	eventually(t, 3*time.Second, func() bool { return len(rec.all()) == 5 && held(r)[0] == 4 },
+	// TTL 3s, not fastSpec's 1s: the other keys' terms must stay live while
+	// z-002's is won again, and a renewal tick may be late by a second on a
+	// busy machine (with 1s, the other keys' terms ended as expiring beside
+	// a second make test: "8 bodies").
+	spec := pgleader.Spec{Key: "panic", TTL: 3 * time.Second}
+	r := startSet(t, b, spec, keyNames("z", 4), pgleader.SetOptions{Owner: "a", Lead: rec.lead})
+	eventually(t, 10*time.Second, func() bool { return len(rec.all()) == 5 && held(r)[0] == 4 },
 		func() string { return fmt.Sprintf("%d bodies, held %v; want 5 and 4", len(rec.all()), held(r)) })
 	for _, term := range rec.all() {
 		if term.Key() != "z-002" && term.Token() != 1 {
