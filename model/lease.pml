@@ -411,7 +411,7 @@ unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 #define HOFF_CLEAR hoff = false
 #define HOFF_LAST r[i].last = r[i].repTok
 /* Run leads a won campaign only if its token is later than the last term
- * it led (elector.go: case won && lease.Token <= e.lastToken ends it) */
+ * it led (elector.go: case won && lease.Token <= c.lastToken ends it) */
 #define WON_NEW (r[i].repTok > r[i].last || MUTANT_RELEAD)
 #else
 #define HOFF_WON skip

@@ -579,7 +579,11 @@ func TestHandOffMatchesGo(t *testing.T) {
 		// which is bounded by the yield instant.
 		"../pgleader/spec.go": {
 			"func (s Spec) handOffKeep() time.Duration { return s.TTL - s.RenewEvery }",
-			"safeEnd = sent.Add(bound - s.Margin)",
+		},
+		"../internal/lifecycle/machine.go": {
+			"safeEnd = sent.Add(bound - tm.Margin)",
+			"m.renewAt = sent.Add(tm.RenewEvery - (tm.TTL - bound))",
+			"act.HandOff = m.reason == Stopped || m.reason == Resigned || m.reason == Finished",
 		},
 		"../pgleader/listen.go": {
 			"sent := time.Now()\n\tcctx, cancel := context.WithDeadline(ctx, sent.Add(w.cand.Budget))\n\tlease, acquired, err := take(",
@@ -588,15 +592,14 @@ func TestHandOffMatchesGo(t *testing.T) {
 		"../pgleader/elector.go": {
 			"lease, sent, won, announce = took.Lease, took.Sent, true, false",
 			"bound = min(bound, took.Lease.ExpiresAt.Sub(took.Lease.Now))",
-			"if took != nil && took.Lease.Token <= e.lastToken {",
-			"e.lastToken = lease.Token",
-			"case won && lease.Token <= e.lastToken:",
-			"e.release(ctx, e.log.With(\"token\", lease.Token), lease.Token, ReasonFinished)",
-			"safeEnd, cancelAt, yieldAt := e.spec.timelineWithin(sent, bound)",
-			"renewTimer := time.NewTimer(time.Until(sent.Add(e.spec.RenewEvery - (e.spec.TTL - bound))))",
+			"if took != nil && took.Lease.Token <= c.lastToken {",
+			"c.lastToken = lease.Token",
+			"case won && lease.Token <= c.lastToken:",
+			"c.handedOff = e.release(ctx, e.log.With(\"token\", lease.Token), lease.Token, true)",
+			"m, act := lifecycle.Start(e.spec.timing(), sent, bound, time.Now())",
 			"Keep: e.spec.handOffKeep()",
 			"budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant",
-			"if e.handoffer != nil && (reason == ReasonStopped || reason == ReasonResigned || reason == ReasonFinished) {",
+			"if e.handoffer != nil && handOff {",
 		},
 	} {
 		src, err := os.ReadFile(file)

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pgleader/pgleader/internal/hook"
+	"github.com/pgleader/pgleader/internal/lifecycle"
 	"github.com/pgleader/pgleader/internal/wait"
 )
 
@@ -147,18 +147,11 @@ type Elector struct {
 	opts      Options
 	log       *slog.Logger
 
-	running   sync.Mutex
-	handedOff bool // the last term handed the lease off; Run's goroutine only
-	// lastToken is the token of the last term led: this elector never
-	// leads a token at or below it. Run's goroutine only.
-	lastToken int64
+	running sync.Mutex
+	c       candidacy // Run's and RunOnce's goroutine only
 	// rehearsalFailed is set once a hand-off rehearsal failed and said so
 	// at Warn; later failures are logged at Debug.
 	rehearsalFailed atomic.Bool
-	// floor is the last fence floor read, and floorRead whether there is
-	// one; see campaign. Run's goroutine only.
-	floor     int64
-	floorRead bool
 
 	mu     sync.Mutex
 	status Status
@@ -312,60 +305,54 @@ func (e *Elector) Run(ctx context.Context) error {
 	watch()
 	defer func() { unwatch() }()
 
-	registered := false // the last campaign registered this replica as a candidate
+	c := &e.c
 	defer func() {
-		if registered {
+		if c.registered {
 			e.withdraw(ctx)
 		}
 	}()
-
 	defer e.setState(StateStopped, time.Time{})
-	failures := 0
-	hinted := false         // the last wait ended on a release event
-	var waited Lease        // the lease the last wait was for
-	var heedAfter time.Time // release events before this are not heeded at once
-	var took *Event         // a term handed to this replica, confirmed by the watcher
-	reuseFloor := false     // the last campaign found another live term holding the lease
 	for ctx.Err() == nil {
-		if ev, ok := drain(events); ok && took == nil { // what happened before this campaign, it will see
-			took = &ev
+		if ev, ok := drain(events); ok && c.took == nil { // what happened before this campaign, it will see
+			c.took = &ev
 		}
+		took := c.took
+		if took != nil && took.Lease.Token <= c.lastToken {
+			// A check that raced a campaign or an earlier check: the
+			// term it found was led already.
+			took = nil
+		}
+		c.took = nil
 		var lease Lease
 		var sent time.Time
 		var won bool
 		var err error
 		announce := true
 		bound := e.spec.TTL // what the term had left when sent
-		if took != nil && took.Lease.Token <= e.lastToken {
-			// A check that raced a campaign or an earlier check: the
-			// term it found was led already.
-			took = nil
-		}
 		if took != nil {
 			// The hand-off's hint has told the watchers already.
 			lease, sent, won, announce = took.Lease, took.Sent, true, false
 			bound = min(bound, took.Lease.ExpiresAt.Sub(took.Lease.Now))
-			took = nil
-			registered = false
+			c.registered = false
 		} else {
 			e.setState(StateCampaigning, time.Time{})
 			candidate := e.handoffer != nil && e.watcher != nil && e.watcher.Listening()
-			lease, sent, won, err = e.campaign(ctx, candidate, reuseFloor)
-			registered = candidate && err == nil && !won
+			lease, sent, won, err = e.campaign(ctx, candidate, c.reuseFloor)
+			c.registered = candidate && err == nil && !won
 		}
-		reuseFloor = err == nil && !won && lease.Held() && lease.Holder != e.opts.Owner
+		c.reuseFloor = err == nil && !won && lease.Held() && lease.Holder != e.opts.Owner
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
 		case err != nil:
-			failures++
-			retry := e.spec.backoff(failures)
+			c.failures++
+			retry := e.spec.backoff(c.failures)
 			e.setState(StateBackingOff, time.Now().Add(retry))
 			e.log.Warn("campaign failed", "err", err, "retry_in", retry)
 			if !wait.Sleep(ctx, retry) {
 				return nil
 			}
-		case won && lease.Token <= e.lastToken:
+		case won && lease.Token <= c.lastToken:
 			// A term this elector led already, or one before it: most
 			// often the term it led last, still in the row as handed to
 			// it (a term believed on a read is confirmed only by its
@@ -375,46 +362,50 @@ func (e *Elector) Run(ctx context.Context) error {
 			// token was led, or superseded by one that was; end it in
 			// the database too rather than lead a token twice or lead
 			// one below the fence.
-			failures = 0
-			if lease.Token < e.lastToken {
+			c.failures = 0
+			if lease.Token < c.lastToken {
 				e.log.Warn("won a term below the last one this elector led (lease data lost or restored?); ending it",
-					"token", lease.Token, "last_token", e.lastToken)
+					"token", lease.Token, "last_token", c.lastToken)
 			}
-			e.release(ctx, e.log.With("token", lease.Token), lease.Token, ReasonFinished)
-			if !e.handedOff && !wait.Sleep(ctx, e.spec.CampaignEvery) {
+			c.handedOff = e.release(ctx, e.log.With("token", lease.Token), lease.Token, true)
+			if !c.handedOff && !wait.Sleep(ctx, e.spec.CampaignEvery) {
 				return nil
 			}
 		case won:
-			failures = 0
-			e.lastToken = lease.Token
-			if e.leadUnwatched(ctx, lease.Token, sent, bound, announce, unwatch) {
-				unwatch = func() {}
-				if ctx.Err() == nil {
-					watch()
-				}
+			c.failures = 0
+			c.lastToken = lease.Token
+			// Watch while campaigning only: a leader has no use for
+			// lease events, and its LISTEN connection, if no other
+			// elector of the backend needs it, is closed once the term
+			// has settled, when its shutdown no longer competes with the
+			// term's first writes.
+			unwatched := false
+			c.handedOff = e.lead(ctx, lease.Token, sent, bound, announce, func() { unwatch(); unwatched = true }).handedOff
+			if unwatched && ctx.Err() == nil {
+				watch()
 			}
 			if ctx.Err() != nil {
 				return nil
 			}
 			// Let other candidates, woken by the release, take a turn;
 			// after a hand-off one has the lease already.
-			if !e.handedOff && !wait.Sleep(ctx, e.spec.CampaignEvery) {
+			if !c.handedOff && !wait.Sleep(ctx, e.spec.CampaignEvery) {
 				return nil
 			}
 		case ctx.Err() != nil:
 			return nil
 		default:
-			failures = 0
-			heedAfter = time.Time{}
-			if hinted && lease.Holder == waited.Holder && lease.Token == waited.Token {
+			c.failures = 0
+			c.heedAfter = time.Time{}
+			if c.hinted && lease.Holder == c.waited.Holder && lease.Token == c.waited.Token {
 				// The same term still holds the lease: the release event
 				// was false. A forged flood costs at most one campaign
 				// per CampaignEvery.
-				heedAfter = sent.Add(e.spec.CampaignEvery)
+				c.heedAfter = sent.Add(e.spec.CampaignEvery)
 			}
-			waited = lease
+			c.waited = lease
 			var live bool
-			if hinted, took, live = e.waitForExpiry(ctx, lease, events, heedAfter); !live {
+			if c.hinted, c.took, live = e.waitForExpiry(ctx, lease, events, c.heedAfter); !live {
 				return nil
 			}
 		}
@@ -422,28 +413,24 @@ func (e *Elector) Run(ctx context.Context) error {
 	return nil
 }
 
-// leadUnwatched runs the term, and stops watching once the term has lasted
-// RenewEvery: by then it is settled, and the LISTEN connection's shutdown
-// no longer competes with its first writes for the CPU. A short term keeps
-// watching. It reports whether it called unwatch.
-func (e *Elector) leadUnwatched(ctx context.Context, token int64, sent time.Time, bound time.Duration, announce bool, unwatch func()) bool {
-	done, closed := make(chan struct{}), make(chan struct{})
-	unwatched := false
-	go func() {
-		defer close(closed)
-		t := time.NewTimer(e.spec.RenewEvery)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			unwatch()
-			unwatched = true
-		case <-done:
-		}
-	}()
-	e.lead(ctx, token, sent, bound, announce)
-	close(done)
-	<-closed
-	return unwatched
+// candidacy is what Run remembers from one campaign to the next.
+type candidacy struct {
+	failures   int       // campaigns failed in a row
+	hinted     bool      // the last wait ended on a release event
+	waited     Lease     // the lease the last wait was for
+	heedAfter  time.Time // release events before this are not heeded at once
+	took       *Event    // a term handed to this replica, confirmed by the watcher
+	registered bool      // the last campaign registered this replica as a candidate
+	handedOff  bool      // the last term handed the lease off
+	// lastToken is the token of the last term led: the elector never
+	// leads a token at or below it.
+	lastToken int64
+	// reuseFloor: the last campaign found another live term holding the
+	// lease; floor is the last fence floor read, and floorRead whether
+	// there is one (see campaign).
+	reuseFloor bool
+	floor      int64
+	floorRead  bool
 }
 
 // waitForExpiry waits while lease is held by another term: until the expiry
@@ -569,8 +556,8 @@ func jitter(d time.Duration) time.Duration {
 func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (Lease, time.Time, bool, error) {
 	var floor int64
 	switch {
-	case reuseFloor && e.floorRead:
-		floor = e.floor
+	case reuseFloor && e.c.floorRead:
+		floor = e.c.floor
 	case e.opts.FenceFloor != nil && e.advancer != nil:
 		var err error
 		fctx, cancel := context.WithTimeout(ctx, e.spec.TTL)
@@ -582,11 +569,10 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 		if err := CheckFloor(floor); err != nil {
 			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
 		}
-		e.floor, e.floorRead = floor, true
+		e.c.floor, e.c.floorRead = floor, true
 	}
 	sent := time.Now()
-	_, _, yieldAt := e.spec.timeline(sent)
-	actx, cancel := context.WithDeadline(ctx, yieldAt)
+	actx, cancel := context.WithDeadline(ctx, e.spec.yieldAt(sent))
 	defer cancel()
 	var lease Lease
 	var won bool
@@ -642,287 +628,164 @@ type renewResult struct {
 	sent   time.Time
 	took   time.Duration
 	err    error
-	unsent bool // the safe end had passed before it could be sent
 	resign bool // the term was asked to resign
 }
 
-// lead runs one term from acquisition to release, and returns why it
-// ended and what the body returned. The term had bound left when the
-// statement that proved it was sent: TTL, or less for a handed-off term
-// believed on a read, whose first renewal then comes as much sooner. With
+type bodyResult struct {
+	err       error
+	cancelled bool // the body's context was cancelled before it returned
+}
+
+// termEnd is how a term ended: why, what the body returned, and whether
+// the lease was handed to a candidate.
+type termEnd struct {
+	reason    EndReason
+	err       error
+	handedOff bool
+}
+
+// lead runs one term from acquisition to release and returns how it
+// ended. The term had bound left when the statement that proved it was
+// sent: TTL, or less for a handed-off term believed on a read. With
 // announce it announces the term (see [Announcer]); a term handed to this
-// replica was announced by the hand-off's hint already.
-func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound time.Duration, announce bool) (EndReason, error) {
+// replica was announced by the hand-off's hint already; settled is called
+// once the term has lasted RenewEvery. It drives the term's machine
+// (internal/lifecycle), which makes every decision.
+func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound time.Duration, announce bool, settled func()) termEnd {
 	t := newTerm(e.spec.Key, e.opts.Owner, token, sent)
 	defer close(t.over)
 	log := e.log.With("token", token)
-	safeEnd, cancelAt, yieldAt := e.spec.timelineWithin(sent, bound)
-	t.setTimeline(safeEnd, yieldAt)
-
+	m, act := lifecycle.Start(e.spec.timing(), sent, bound, time.Now())
+	t.setTimeline(m.SafeEnd(), m.YieldAt())
 	e.mu.Lock()
 	e.term = t
 	e.status.Token = token
 	e.status.State, e.status.WaitUntil = StateLeading, time.Time{}
 	e.mu.Unlock()
 
-	if !time.Now().Before(yieldAt) {
-		// Born late: by the time the acquire was answered, the term was
-		// already past its yield instant. Neither Claim (a write) nor
-		// Lead may run.
-		e.endTerm(t, ReasonExpiring)
-		log.Warn("the acquire was answered after the term's yield instant; releasing without running the body",
-			"sent_ago", time.Since(sent))
-		e.release(ctx, log, token, t.Reason())
-		e.ended(t, nil)
-		return t.Reason(), nil
-	}
-
-	a, _ := e.backend.(Announcer)
-	announced := make(chan struct{})
-	go func() {
-		defer close(announced)
-		if a != nil && announce {
-			e.announce(ctx, a, token)
-		}
-		// Rehearse the hand-off once the term's first writes had time to
-		// go first: on two cores it held up Claim and the first fenced
-		// write by over a millisecond. A term that is already ending
-		// hands off cold rather than wait behind it.
-		settle := time.NewTimer(min(rehearseAfter, e.spec.RenewEvery/2))
-		defer settle.Stop()
-		select {
-		case <-settle.C:
-			e.prepareHandOff(ctx)
-		case <-t.Ending():
-		}
-	}()
-	defer func() { <-announced }()
-
-	bodyCtx, cancelCtx := context.WithCancel(context.WithoutCancel(ctx))
-	var cancelledAt time.Time // when the body's context was first cancelled
-	var returnedAt time.Time  // when the body returned
-	cancelBody := func() {
-		if cancelledAt.IsZero() {
-			cancelledAt = time.Now()
-		}
-		cancelCtx()
-	}
-	defer cancelCtx()
-	bodyDone := make(chan error, 1)
-	cancelled := false // the body's context was cancelled before it returned; read after bodyDone
-	go func() {
-		err := e.runBody(bodyCtx, t, func() {
-			e.mu.Lock()
-			e.status.Terms++
-			e.mu.Unlock()
-			log.Info("leading")
-			e.observe(Observation{Kind: ObserveTermStarted, Token: token})
-		})
-		cancelled = bodyCtx.Err() != nil
-		bodyDone <- err
-	}()
-
-	renewTimer := time.NewTimer(time.Until(sent.Add(e.spec.RenewEvery - (e.spec.TTL - bound))))
-	defer renewTimer.Stop()
-	yieldTimer := time.NewTimer(time.Until(yieldAt))
-	defer yieldTimer.Stop()
-	cancelTimer := time.NewTimer(time.Until(cancelAt))
-	defer cancelTimer.Stop()
-
-	var renewing chan renewResult // non-nil while a renewal is in flight
+	bodyCtx, cancelBody := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBody()
 	renewCtx, cancelRenew := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRenew()
-	stop := ctx.Done()
-	resign := t.resign
+	var bodyDone chan bodyResult
+	var renewing chan renewResult // non-nil while a renewal is in flight
+	if !act.Release {
+		bodyDone = make(chan bodyResult, 1)
+		go func() {
+			err := e.runBody(bodyCtx, t, func() {
+				e.mu.Lock()
+				e.status.Terms++
+				e.mu.Unlock()
+				log.Info("leading")
+				e.observe(Observation{Kind: ObserveTermStarted, Token: token})
+			})
+			bodyDone <- bodyResult{err: err, cancelled: bodyCtx.Err() != nil}
+		}()
+		aside := e.aside(ctx, t, announce, settled)
+		defer func() { <-aside }()
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	stop, resign := ctx.Done(), t.resign
 	var bodyErr error
-	release := false
-	renewFailed := false // since the last successful renewal
-	// yieldNow ends the term gracefully: Ending at once, the body cancelled
-	// YieldGrace later (or at C, if that is sooner).
-	yieldNow := func(reason EndReason, doing string) {
-		if e.endTerm(t, reason) {
-			log.Info(doing+"; the body has YieldGrace to return", "yield_grace", e.spec.YieldGrace)
-			if grace := time.Until(cancelAt); grace > e.spec.YieldGrace {
-				cancelTimer.Reset(e.spec.YieldGrace)
+	var attrs []any // for the note of the last event
+	for {
+		t.apply(m, act, sent, cancelBody, log, e.observe, attrs...)
+		if act.StopRenewing {
+			cancelRenew()
+		}
+		if act.Release || act.Forget {
+			break
+		}
+		if at := m.RenewAt(); !at.IsZero() && !at.After(time.Now()) {
+			if deadline, ok := m.StartRenewal(time.Now()); ok {
+				renewing = make(chan renewResult, 1)
+				go e.renew(renewCtx, token, deadline, renewing)
 			}
 		}
-	}
-
-	for bodyDone != nil || renewing != nil {
+		wake(timer, m.Next(), m.RenewAt())
+		attrs = nil
 		select {
 		case <-stop:
 			stop = nil
-			yieldNow(ReasonStopped, "stopping")
-
+			act = m.Yield(lifecycle.Stopped, time.Now())
 		case <-resign:
 			resign = nil
-			yieldNow(ReasonResigned, "resigning")
-
-		case <-renewTimer.C:
-			if t.Reason() != ReasonNone {
-				continue
-			}
-			renewing = make(chan renewResult, 1)
-			go e.renew(renewCtx, token, safeEnd, renewing)
-
+			act = m.Yield(lifecycle.Resigned, time.Now())
 		case r := <-renewing:
 			renewing = nil
-			if r.unsent {
-				continue // past the safe end: the yield and cancel timers end the term
-			}
 			e.observe(Observation{Kind: ObserveRenewed, Token: token, Took: r.took, Err: r.err})
-			switch {
-			case r.err == nil:
-				renewFailed = false
-				if t.Reason() != ReasonNone {
-					continue
-				}
-				if r.resign {
-					t.requestResign() // handled as StepDown: yield, then release
-				}
-				safeEnd, cancelAt, yieldAt = e.spec.timeline(r.sent)
-				t.setTimeline(safeEnd, yieldAt)
-				t.setRenewed(r.sent)
-				yieldTimer.Reset(time.Until(yieldAt))
-				cancelTimer.Reset(time.Until(cancelAt))
-				renewTimer.Reset(time.Until(r.sent.Add(e.spec.RenewEvery)))
-			case errors.Is(r.err, ErrLost):
-				if e.endTerm(t, ReasonLost) {
-					log.Warn("lease lost; cancelling the body")
-				}
-				cancelBody()
-			case errors.Is(r.err, ErrNotMigrated):
-				// Not transient: the schema was dropped or migrated down
-				// under the term. Its row, and the token counter with it,
-				// may be gone; the fence floor guards the next tokens.
+			if r.err != nil {
 				e.fail(r.err)
-				if e.endTerm(t, ReasonLost) {
-					log.Error("the pgleader schema is gone; ending the term at once", "err", r.err)
-				}
-				cancelBody()
-			default:
-				renewFailed = true
+				attrs = []any{"err", r.err}
+			}
+			act, sent = renewOutcome(m, r.sent, r.resign, r.err), r.sent
+		case <-timer.C:
+			act = m.Tick(time.Now())
+		case r := <-bodyDone:
+			bodyErr = r.err
+			refused := errors.Is(r.err, errRefused)
+			if refused {
+				e.observe(Observation{Kind: ObserveClaimRefused, Token: token, Err: errors.Unwrap(r.err)})
+			} else if r.err != nil {
 				e.fail(r.err)
-				retry := min(e.spec.CampaignEvery, e.spec.RenewEvery)
-				log.Warn("renew failed", "err", r.err, "retry_in", retry, "yield_in", time.Until(yieldAt))
-				renewTimer.Reset(retry)
 			}
-
-		case <-yieldTimer.C:
-			if hook.NoYield.Load() {
-				continue
-			}
-			if e.endTerm(t, ReasonExpiring) {
-				if renewFailed {
-					log.Warn("renewals failed until the yield instant; the term is ending")
-				} else {
-					log.Warn("the yield instant passed before a renewal was answered (was this process paused?); the term is ending")
-				}
-			}
-
-		case <-cancelTimer.C:
-			if hook.NoYield.Load() && t.Reason() != ReasonStopped {
-				continue
-			}
-			cancelBody()
-
-		case bodyErr = <-bodyDone:
-			bodyDone = nil
-			returnedAt = time.Now()
-			cancelBody()
-			cancelRenew() // nothing to keep: the lease is released or lost next
-			reason := ReasonFinished
-			if errors.Is(bodyErr, errRefused) {
-				reason = ReasonRefused
-				e.observe(Observation{Kind: ObserveClaimRefused, Token: token, Err: errors.Unwrap(bodyErr)})
-			}
-			e.endTerm(t, reason)
-			release = t.Reason() != ReasonLost
+			act = m.BodyDone(refused, r.err != nil, r.cancelled, time.Now())
 		}
 	}
-	if from, msg := releaseHeldFrom(cancelled, cancelledAt, returnedAt, bodyErr); release && !from.IsZero() {
-		e.holdRelease(log, from, msg)
+	end := termEnd{reason: t.Reason(), err: bodyErr}
+	if act.Release {
+		end.handedOff = e.release(ctx, log, token, act.HandOff)
 	}
-
-	if bodyErr != nil && !errors.Is(bodyErr, errRefused) {
-		e.fail(bodyErr)
-	}
-	if release {
-		e.release(ctx, log, token, t.Reason())
-	}
-	e.ended(t, bodyErr)
-	return t.Reason(), bodyErr
-}
-
-// holdRelease waits, before a release, as long as Spec.releaseHold says
-// for a body cancelled, or failed, at from; msg says which.
-func (e *Elector) holdRelease(log *slog.Logger, from time.Time, msg string) {
-	d := e.spec.releaseHold(from)
-	if d <= 0 {
-		return
-	}
-	log.Info(msg, "release_in", d)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	<-t.C
-}
-
-// releaseHold is how long the release of a term must still wait when its
-// body returned only once its context was cancelled, at from, or returned
-// an error (other than a refusal by the fence) at from: until
-// ReleaseTimeout after that. Such a body may have sent a statement that
-// has not run yet: pgx returns at once on cancellation, and a statement
-// whose connection broke under it (a proxy or a network cutting it) still
-// runs and commits on the server. Released at once, the lease could pass
-// to a successor before that statement commits. A term that expires gives
-// such a statement ReleaseTimeout and Margin, from C to the expiry; this
-// gives it ReleaseTimeout, and the lease is still held until then: a body
-// not cancelled returned before C, a cancellation came at C or sooner, and
-// S = C + ReleaseTimeout is Margin before the expiry. Elector and Set both
-// apply it.
-func (s Spec) releaseHold(from time.Time) time.Duration {
-	return time.Until(from.Add(s.ReleaseTimeout))
-}
-
-// releaseHeldFrom returns from when releaseHold counts for a term whose
-// body returned at returnedAt with err, its context cancelled at
-// cancelledAt, before it returned if cancelled, and the log message that
-// says why; the zero time when the release is not held.
-func releaseHeldFrom(cancelled bool, cancelledAt, returnedAt time.Time, err error) (time.Time, string) {
-	switch {
-	case cancelled:
-		return cancelledAt, releaseHeld
-	case err != nil && !errors.Is(err, errRefused):
-		return returnedAt, releaseHeldAfterError
-	}
-	return time.Time{}, ""
-}
-
-// releaseHeld and releaseHeldAfterError are the log messages of a release
-// held by releaseHold.
-const (
-	releaseHeld           = "the body returned only after its context was cancelled; releasing ReleaseTimeout after that, so a statement it had sent commits while the lease is held"
-	releaseHeldAfterError = "the body returned an error; releasing ReleaseTimeout after that, so a statement it had sent, whose outcome it may not know, commits while the lease is held"
-)
-
-// ended records that t is over.
-func (e *Elector) ended(t *Term, bodyErr error) {
-	reason := t.Reason()
 	e.mu.Lock()
-	e.status.LastEnd = reason
+	e.status.LastEnd = end.reason
 	e.mu.Unlock()
-	e.observe(Observation{Kind: ObserveTermEnded, Token: t.token, Reason: reason})
-	e.log.Info("term ended", "token", t.token, "reason", reason.String(), "err", bodyErr)
+	e.observe(Observation{Kind: ObserveTermEnded, Token: token, Reason: end.reason})
+	e.log.Info("term ended", "token", token, "reason", end.reason.String(), "err", bodyErr)
+	return end
 }
 
-// endTerm starts t's end with reason unless it has begun to end already,
-// and reports whether it did.
-func (e *Elector) endTerm(t *Term, reason EndReason) bool {
-	if !t.end(reason) {
-		return false
+// wake resets timer to the earliest of the non-zero instants, if any.
+func wake(timer *time.Timer, instants ...time.Time) {
+	var next time.Time
+	for _, at := range instants {
+		if !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
 	}
-	e.observe(Observation{Kind: ObserveTermEnding, Token: t.token, Reason: reason})
-	return true
+	timer.Stop()
+	if !next.IsZero() {
+		timer.Reset(time.Until(next))
+	}
+}
+
+// aside runs beside a term what its first moments need, off the body's
+// path: the announcement; the hand-off's rehearsal (see prepareHandOff),
+// once the term's first writes had time to go first; and settled, once
+// the term has lasted RenewEvery. A term that begins to end stops it.
+func (e *Elector) aside(ctx context.Context, t *Term, announce bool, settled func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if a, ok := e.backend.(Announcer); ok && announce {
+			e.announce(ctx, a, t.token)
+		}
+		for _, at := range []time.Duration{min(rehearseAfter, e.spec.RenewEvery/2), e.spec.RenewEvery} {
+			timer := time.NewTimer(time.Until(t.started.Add(at)))
+			select {
+			case <-timer.C:
+			case <-t.Ending():
+				timer.Stop()
+				return
+			}
+			if at == e.spec.RenewEvery {
+				settled()
+			} else {
+				e.prepareHandOff(ctx)
+			}
+		}
+	}()
+	return done
 }
 
 // errRefused marks a body goroutine that stopped because Claim refused.
@@ -961,13 +824,9 @@ func runBody(ctx context.Context, t *Term, claim func(context.Context, *Term) (b
 // renew sends one renewal, bounded by the term's safe end and by ctx,
 // which lead cancels once the body has returned.
 func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out chan<- renewResult) {
-	sent := time.Now()
-	if !sent.Before(safeEnd) {
-		out <- renewResult{sent: sent, unsent: true}
-		return
-	}
 	rctx, cancel := context.WithDeadline(ctx, safeEnd)
 	defer cancel()
+	sent := time.Now()
 	var resign bool
 	var err error
 	if e.handoffer != nil {
@@ -981,21 +840,17 @@ func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out
 }
 
 // release frees the lease within ReleaseTimeout, even after ctx is
-// cancelled. A term that ends as stopped, resigned or finished hands the
-// lease to the best live candidate instead, if the backend can: a refused
-// term's successor would need the fence floor read first, and an expiring
-// term's has lost its footing.
-func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64, reason EndReason) {
+// cancelled, or with handOff hands it to the best live candidate if the
+// backend can, and reports whether it did.
+func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64, handOff bool) (handedOff bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.ReleaseTimeout)
 	defer cancel()
 	var released bool
 	var err error
-	e.handedOff = false
-	if e.handoffer != nil && (reason == ReasonStopped || reason == ReasonResigned || reason == ReasonFinished) {
+	if e.handoffer != nil && handOff {
 		var successor string
 		released, successor, err = e.handoffer.HandOff(rctx, e.spec.Key, e.opts.Owner, token, "")
-		e.handedOff = err == nil && successor != ""
-		if e.handedOff {
+		if handedOff = err == nil && successor != ""; handedOff {
 			// Not token + 1: after a move to a new token epoch the
 			// successor draws above the epoch's base.
 			log.Info("handed the lease off", "successor", successor)
@@ -1010,6 +865,7 @@ func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64, re
 	case !released:
 		log.Warn("release found the lease no longer ours: it had expired or passed to another term")
 	}
+	return handedOff
 }
 
 // withdraw removes this replica's candidate registration, best-effort,

@@ -50,7 +50,8 @@ func (e *Elector) RunOnce(ctx context.Context) error {
 	case !won:
 		return fmt.Errorf("%w: by %q with token %d, for %v more", ErrHeld, lease.Holder, lease.Token, lease.Remaining())
 	}
-	reason, bodyErr := e.lead(ctx, lease.Token, sent, e.spec.TTL, true)
+	end := e.lead(ctx, lease.Token, sent, e.spec.TTL, true, func() {})
+	reason, bodyErr := end.reason, end.err
 	switch reason {
 	case ReasonFinished:
 		return bodyErr

@@ -5,14 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/pgleader/pgleader/internal/hook"
+	"github.com/pgleader/pgleader/internal/lifecycle"
 )
 
 // SetOptions are the parts of a Set that are not timing.
@@ -274,31 +274,17 @@ func (s *Set) Run(ctx context.Context) error {
 
 // setTerm is one key's term inside a run.
 type setTerm struct {
-	t           *Term
-	batch       *batch
-	cancel      context.CancelFunc // cancels the body's context, recording when first
-	cancelTimer *time.Timer        // YieldGrace after a stop, a removal or a shed
-	running     bool               // the body has not returned
-
-	cancelledAt atomic.Pointer[time.Time] // when the body's context was first cancelled
-}
-
-// batch is the terms whose last successful acquire or renew was one
-// statement, sent at the same instant: they share one timeline.
-type batch struct {
-	sent                       time.Time
-	safeEnd, cancelAt, yieldAt time.Time
-	yielded, cancelled         bool
-	terms                      map[string]*setTerm
+	t      *Term
+	m      *lifecycle.Machine
+	sent   time.Time          // the last successful statement for it was sent
+	cancel context.CancelFunc // cancels the body's context
 }
 
 type bodyDone struct {
 	key       string
 	st        *setTerm
 	err       error
-	cancelled bool      // the body's context was cancelled before it returned
-	returned  time.Time // when it returned
-	held      bool      // sent again once the hold after a cancellation or an error is over
+	cancelled bool // the body's context was cancelled before it returned
 }
 
 type renewDone struct {
@@ -326,15 +312,18 @@ type releaseDone struct {
 	err    error
 }
 
-// setRun is the state of one Run, owned by its loop goroutine.
+// setRun is the state of one Run, owned by its loop goroutine. Each term
+// is driven by its own machine (internal/lifecycle); the run sends one
+// statement per renewal tick, campaign and batch of releases for all of
+// them, and wakes at the earliest instant any machine needs.
 type setRun struct {
 	s   *Set
 	ctx context.Context
 
-	terms     map[string]*setTerm // won and not yet released (or lost)
-	batches   map[*batch]struct{}
-	releasing map[string]int64 // keys whose release is queued or in flight
-	pending   []string         // queued for release, in order
+	terms     map[string]*setTerm // won and not yet released (or forgotten)
+	releasing map[string]int64    // keys whose release is queued or in flight
+	pending   []string            // queued for release, in order
+	notes     map[lifecycle.Note]int
 
 	nLive     int // terms in terms with no end reason yet
 	members   []SetMember
@@ -352,7 +341,7 @@ type setRun struct {
 	release   chan releaseDone
 	renewT    *time.Timer
 	campaignT *time.Timer
-	deadlineT *time.Timer
+	termT     *time.Timer // the earliest instant a term's machine needs
 	releaseT  *time.Timer // armed while releases wait to be batched
 }
 
@@ -360,8 +349,8 @@ func newSetRun(s *Set, ctx context.Context) *setRun {
 	return &setRun{
 		s: s, ctx: ctx,
 		terms:     make(map[string]*setTerm),
-		batches:   make(map[*batch]struct{}),
 		releasing: make(map[string]int64),
+		notes:     make(map[lifecycle.Note]int),
 		nMembers:  1,
 		bodies:    make(chan bodyDone, 64),
 	}
@@ -373,14 +362,13 @@ func (r *setRun) loop() {
 	// so the first campaign already counts this replica.
 	r.renewT = time.NewTimer(0)
 	r.campaignT = time.NewTimer(s.spec.CampaignEvery)
-	r.deadlineT = time.NewTimer(time.Hour)
-	r.deadlineT.Stop()
+	r.termT = time.NewTimer(time.Hour)
 	r.releaseT = time.NewTimer(time.Hour)
 	r.releaseT.Stop()
 	defer r.releaseT.Stop()
 	defer r.renewT.Stop()
 	defer r.campaignT.Stop()
-	defer r.deadlineT.Stop()
+	defer r.termT.Stop()
 	stop := r.ctx.Done()
 	for {
 		if r.stopping && len(r.terms) == 0 && r.renewing == nil && r.campaign == nil && r.release == nil && !r.batching {
@@ -398,9 +386,7 @@ func (r *setRun) loop() {
 			r.stopping = true
 			r.renewT.Stop()
 			r.campaignT.Stop()
-			for _, st := range r.terms {
-				r.endSoftly(st, ReasonStopped)
-			}
+			r.yield(maps.Keys(r.terms), lifecycle.Stopped)
 			r.startRelease()
 		case <-s.changed:
 			r.applyKeys()
@@ -414,8 +400,13 @@ func (r *setRun) loop() {
 		case d := <-r.campaign:
 			r.campaign = nil
 			r.campaigned(d)
-		case <-r.deadlineT.C:
-			r.deadlines()
+		case <-r.termT.C:
+			now := time.Now()
+			for k, st := range r.terms {
+				if at := st.m.Next(); !at.IsZero() && !now.Before(at) {
+					r.step(k, st, st.m.Tick(now))
+				}
+			}
 		case d := <-r.bodies:
 			r.bodyReturned(d)
 		case d := <-r.release:
@@ -425,12 +416,62 @@ func (r *setRun) loop() {
 			r.batching = false
 			r.startRelease()
 		}
-		r.publish()
+		r.settle()
 	}
 }
 
-// publish copies the run's counts into the status.
-func (r *setRun) publish() {
+// step carries out what st's machine decided, as the Elector does, but
+// with the machine's notes counted, to be logged once per kind for all
+// the keys of an event (see settle).
+func (r *setRun) step(key string, st *setTerm, act lifecycle.Actions) {
+	live := st.t.Reason() == ReasonNone
+	st.t.apply(st.m, act, st.sent, st.cancel, nil, r.s.observe)
+	if act.Note != lifecycle.NoNote {
+		r.notes[act.Note]++
+	}
+	if live && st.t.Reason() != ReasonNone {
+		r.nLive--
+		r.s.mu.Lock()
+		delete(r.s.live, key)
+		r.s.mu.Unlock()
+	}
+	if act.Release || act.Forget {
+		delete(r.terms, key)
+		if act.Release {
+			r.queueRelease(key, st.t.token)
+		}
+		r.over(st.t)
+	}
+}
+
+// yield ends the terms of keys as stop does: Ending now, each body
+// cancelled YieldGrace later (or at C, if sooner).
+func (r *setRun) yield(keys iter.Seq[string], reason lifecycle.Reason) {
+	now := time.Now()
+	for k := range keys {
+		if st := r.terms[k]; st != nil {
+			r.step(k, st, st.m.Yield(reason, now))
+		}
+	}
+}
+
+// settle logs the notes of the last event, arms the term timer for the
+// earliest instant a machine needs, and copies the run's counts into the
+// status.
+func (r *setRun) settle() {
+	for n, keys := range r.notes {
+		if level, msg := noteLine(n); n != lifecycle.RenewFailed { // renewed says why, once
+			r.s.log.Log(r.ctx, level, msg, "keys", keys)
+		}
+		delete(r.notes, n)
+	}
+	var next time.Time
+	for _, st := range r.terms {
+		if at := st.m.Next(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	wake(r.termT, next)
 	live := r.nLive
 	r.s.mu.Lock()
 	r.s.status.Held, r.s.status.Ending = live, len(r.terms)-live+len(r.releasing)
@@ -459,12 +500,13 @@ func (r *setRun) startRenew() {
 	var terms []*setTerm
 	deadline := now.Add(s.spec.TTL)
 	for k, st := range r.terms {
-		if st.t.Reason() != ReasonNone || !now.Before(st.batch.safeEnd) {
+		safeEnd, ok := st.m.StartRenewal(now)
+		if !ok {
 			continue
 		}
 		keys, tokens, terms = append(keys, k), append(tokens, st.t.token), append(terms, st)
-		if st.batch.safeEnd.Before(deadline) {
-			deadline = st.batch.safeEnd
+		if safeEnd.Before(deadline) {
+			deadline = safeEnd
 		}
 	}
 	held := len(keys)
@@ -482,40 +524,29 @@ func (r *setRun) startRenew() {
 func (r *setRun) renewed(d renewDone) {
 	s := r.s
 	s.observe(Observation{Kind: ObserveRenewed, Took: d.took, Err: d.err})
-	if d.err != nil {
-		s.fail(d.err)
-		if errors.Is(d.err, ErrNotMigrated) {
-			s.log.Error("the pgleader schema is gone; ending every term at once", "err", d.err)
-			for _, st := range d.terms {
-				r.lose(st)
-			}
-		} else {
-			retry := min(s.spec.CampaignEvery, s.spec.RenewEvery)
-			s.log.Warn("renewal failed", "err", d.err, "keys", len(d.keys), "retry_in", retry)
-			if !r.stopping {
-				r.renewT.Reset(retry)
-			}
-		}
-		r.armDeadline()
-		return
-	}
-	var b *batch
 	for i, st := range d.terms {
 		if r.terms[d.keys[i]] != st {
-			continue // ended and released meanwhile
-		}
-		if d.expires[i].IsZero() {
-			r.lose(st)
 			continue
 		}
-		if st.t.Reason() != ReasonNone {
-			continue
+		err := d.err
+		if err == nil && d.expires[i].IsZero() {
+			err = ErrLost
 		}
-		if b == nil {
-			b = r.newBatch(d.sent)
+		if err == nil {
+			st.sent = d.sent
 		}
-		r.move(st, d.keys[i], b)
-		st.t.setRenewed(d.sent)
+		r.step(d.keys[i], st, renewOutcome(st.m, d.sent, false, err))
+	}
+	if d.err != nil {
+		s.fail(d.err)
+		retry := s.spec.timing().RenewRetry()
+		if !errors.Is(d.err, ErrNotMigrated) {
+			s.log.Warn("renewal failed", "err", d.err, "keys", len(d.keys), "retry_in", retry)
+		}
+		if !r.stopping {
+			r.renewT.Reset(retry)
+		}
+		return
 	}
 	s.mu.Lock()
 	s.status.LastRenewSent = d.sent
@@ -526,7 +557,6 @@ func (r *setRun) renewed(d renewDone) {
 		r.renewT.Reset(time.Until(d.sent.Add(s.spec.RenewEvery)))
 		r.rebalance()
 	}
-	r.armDeadline()
 }
 
 // rebalance steps down from keys above this replica's fair share, when
@@ -604,138 +634,19 @@ func (r *setRun) shed(n int) {
 		return cmp.Compare(a.t.key, b.t.key)
 	})
 	r.s.log.Info("above the fair share; stepping down from keys", "keys", min(n, len(live)))
-	for _, st := range live[:min(n, len(live))] {
-		r.endSoftly(st, ReasonResigned)
-	}
-}
-
-// endSoftly ends st as stop does: Ending now, its body cancelled
-// YieldGrace later (or at C, if sooner).
-func (r *setRun) endSoftly(st *setTerm, reason EndReason) {
-	if !r.endTerm(st, reason) || !st.running {
-		return
-	}
-	if time.Until(st.batch.cancelAt) > r.s.spec.YieldGrace {
-		st.cancelTimer = time.AfterFunc(r.s.spec.YieldGrace, st.cancel)
-	}
-}
-
-func (r *setRun) endTerm(st *setTerm, reason EndReason) bool {
-	if !st.t.end(reason) {
-		return false
-	}
-	r.nLive--
-	r.s.mu.Lock()
-	delete(r.s.live, st.t.key)
-	r.s.mu.Unlock()
-	r.s.observe(Observation{Kind: ObserveTermEnding, Key: st.t.key, Token: st.t.token, Reason: reason})
-	return true
-}
-
-// lose ends st as lost: its body is cancelled at once and nothing is
-// released.
-func (r *setRun) lose(st *setTerm) {
-	if r.endTerm(st, ReasonLost) {
-		r.s.log.Warn("lease lost; cancelling the body", "key", st.t.key, "token", st.t.token)
-	}
-	st.cancel()
-	if !st.running {
-		r.forget(st)
-	}
-}
-
-// forget drops a term whose body has returned and that needs no release.
-func (r *setRun) forget(st *setTerm) {
-	delete(r.terms, st.t.key)
-	r.unbatch(st, st.t.key)
-	r.over(st.t)
+	r.yield(func(yield func(string) bool) {
+		for _, st := range live[:min(n, len(live))] {
+			if !yield(st.t.key) {
+				return
+			}
+		}
+	}, lifecycle.Resigned)
 }
 
 func (r *setRun) over(t *Term) {
 	r.s.observe(Observation{Kind: ObserveTermEnded, Key: t.key, Token: t.token, Reason: t.Reason()})
 	r.s.log.Info("term ended", "key", t.key, "token", t.token, "reason", t.Reason().String())
 	close(t.over)
-}
-
-func (r *setRun) newBatch(sent time.Time) *batch {
-	b := &batch{sent: sent, terms: make(map[string]*setTerm)}
-	b.safeEnd, b.cancelAt, b.yieldAt = r.s.spec.timeline(sent)
-	r.batches[b] = struct{}{}
-	return b
-}
-
-func (r *setRun) move(st *setTerm, key string, b *batch) {
-	r.unbatch(st, key)
-	st.batch = b
-	b.terms[key] = st
-	st.t.setTimeline(b.safeEnd, b.yieldAt)
-}
-
-func (r *setRun) unbatch(st *setTerm, key string) {
-	if st.batch == nil {
-		return
-	}
-	delete(st.batch.terms, key)
-	if len(st.batch.terms) == 0 {
-		delete(r.batches, st.batch)
-	}
-}
-
-// armDeadline sets the deadline timer to the earliest yield or cancel
-// instant still to come.
-func (r *setRun) armDeadline() {
-	var next time.Time
-	for b := range r.batches {
-		at := b.yieldAt
-		if b.yielded {
-			if b.cancelled {
-				continue
-			}
-			at = b.cancelAt
-		}
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
-	}
-	r.deadlineT.Stop()
-	if !next.IsZero() {
-		r.deadlineT.Reset(time.Until(next))
-	}
-}
-
-// deadlines ends the terms of every batch past its yield instant as
-// expiring, and cancels the bodies of every batch past its cancel instant.
-func (r *setRun) deadlines() {
-	now := time.Now()
-	noYield := hook.NoYield.Load()
-	for b := range r.batches {
-		if !b.yielded && !now.Before(b.yieldAt) {
-			b.yielded = true
-			if noYield {
-				b.cancelled = true
-				continue
-			}
-			n := 0
-			for _, st := range b.terms {
-				if r.endTerm(st, ReasonExpiring) {
-					n++
-				}
-			}
-			if n > 0 {
-				r.s.log.Warn("renewals failed until the yield instant; terms are ending", "keys", n)
-			}
-		}
-		if b.yielded && !b.cancelled && !now.Before(b.cancelAt) {
-			b.cancelled = true
-			if noYield {
-				continue
-			}
-			for _, st := range b.terms {
-				st.cancel()
-			}
-		}
-	}
-	r.armDeadline()
 }
 
 // candidates returns the set's keys this replica neither holds nor is
@@ -799,8 +710,7 @@ func (r *setRun) startCampaign() {
 			floors = fl
 		}
 		sent := time.Now()
-		_, _, yieldAt := s.spec.timeline(sent)
-		ctx, cancel := context.WithDeadline(r.ctx, yieldAt)
+		ctx, cancel := context.WithDeadline(r.ctx, s.spec.yieldAt(sent))
 		defer cancel()
 		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra)
 		ch <- campaignDone{sent: sent, won: won, members: members, err: err}
@@ -826,15 +736,9 @@ func (r *setRun) campaigned(d campaignDone) {
 	r.nMembers = max(d.members, 1)
 	if len(d.won) > 0 {
 		r.extra = 0
-		b := r.newBatch(d.sent)
-		late := !time.Now().Before(b.yieldAt)
 		for _, l := range d.won {
-			r.start(l, b, late)
+			r.start(l, d.sent)
 		}
-		if len(b.terms) == 0 {
-			delete(r.batches, b)
-		}
-		r.armDeadline()
 		r.startRelease()
 	}
 	if !r.stopping {
@@ -842,52 +746,42 @@ func (r *setRun) campaigned(d campaignDone) {
 	}
 }
 
-// start begins the term of a key just won. A term won for a key removed
-// meanwhile, after Run's context was cancelled, or answered after its yield
-// instant never runs its body and is released at once.
-func (r *setRun) start(l Lease, b *batch, late bool) {
+// start begins the term of a key won by a campaign sent at sent. A term
+// won for a key removed meanwhile, or after Run's context was cancelled,
+// never runs its body and is released at once, as is one its machine
+// finds answered after its yield instant.
+func (r *setRun) start(l Lease, sent time.Time) {
 	s := r.s
-	t := newTerm(l.Key, s.opts.Owner, l.Token, b.sent)
-	t.setTimeline(b.safeEnd, b.yieldAt)
+	t := newTerm(l.Key, s.opts.Owner, l.Token, sent)
+	m, act := lifecycle.Start(s.spec.timing(), sent, s.spec.TTL, time.Now())
+	t.setTimeline(m.SafeEnd(), m.YieldAt())
 	s.mu.Lock()
 	_, wanted := s.keys[l.Key]
 	s.mu.Unlock()
-	reason := ReasonNone
-	switch {
-	case late:
-		reason = ReasonExpiring
-		s.log.Warn("the acquire was answered after the term's yield instant; releasing without running the body", "key", l.Key)
-	case r.stopping:
-		reason = ReasonStopped
-	case !wanted:
-		reason = ReasonStopped
-	}
-	if reason != ReasonNone {
-		t.end(reason)
+	if !act.Release && (r.stopping || !wanted) {
+		t.end(ReasonStopped)
 		r.queueRelease(l.Key, l.Token)
 		r.over(t)
 		return
 	}
-	ctx, cancelCtx := context.WithCancel(context.WithoutCancel(r.ctx))
-	st := &setTerm{t: t, running: true}
-	st.cancel = func() {
-		now := time.Now()
-		st.cancelledAt.CompareAndSwap(nil, &now)
-		cancelCtx()
-	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.ctx))
+	st := &setTerm{t: t, m: m, sent: sent, cancel: cancel}
 	r.terms[l.Key] = st
 	r.nLive++
-	r.move(st, l.Key, b)
 	s.mu.Lock()
 	s.live[l.Key] = t
 	s.mu.Unlock()
+	if act.Release {
+		r.step(l.Key, st, act)
+		return
+	}
 	log := s.log.With("key", l.Key, "token", l.Token)
 	go func() {
 		err := s.runBody(ctx, t, func() {
 			log.Debug("leading")
 			s.observe(Observation{Kind: ObserveTermStarted, Key: t.key, Token: t.token})
 		})
-		r.bodies <- bodyDone{key: l.Key, st: st, err: err, cancelled: ctx.Err() != nil, returned: time.Now()}
+		r.bodies <- bodyDone{key: l.Key, st: st, err: err, cancelled: ctx.Err() != nil}
 	}()
 }
 
@@ -898,61 +792,14 @@ func (s *Set) runBody(ctx context.Context, t *Term, started func()) error {
 }
 
 func (r *setRun) bodyReturned(d bodyDone) {
-	s := r.s
-	st := d.st
-	if d.held {
-		if r.terms[d.key] == st { // not found lost, and forgotten, meanwhile
-			r.releaseReturned(d.key, st)
-		}
-		return
-	}
-	st.running = false
-	st.cancel()
-	if st.cancelTimer != nil {
-		st.cancelTimer.Stop()
-	}
-	reason := ReasonFinished
-	if errors.Is(d.err, errRefused) {
-		reason = ReasonRefused
-		s.observe(Observation{Kind: ObserveClaimRefused, Key: d.key, Token: st.t.token, Err: errors.Unwrap(d.err)})
+	refused := errors.Is(d.err, errRefused)
+	if refused {
+		r.s.observe(Observation{Kind: ObserveClaimRefused, Key: d.key, Token: d.st.t.token, Err: errors.Unwrap(d.err)})
 	} else if d.err != nil {
-		s.fail(d.err)
-		s.log.Warn("body returned an error", "key", d.key, "token", st.t.token, "err", d.err)
+		r.s.fail(d.err)
+		r.s.log.Warn("body returned an error", "key", d.key, "token", d.st.t.token, "err", d.err)
 	}
-	r.endTerm(st, reason)
-	if st.t.Reason() == ReasonLost {
-		r.forget(st)
-		return
-	}
-	var cancelledAt time.Time
-	if at := st.cancelledAt.Load(); at != nil {
-		cancelledAt = *at
-	}
-	if from, msg := releaseHeldFrom(d.cancelled && !cancelledAt.IsZero(), cancelledAt, d.returned, d.err); !from.IsZero() {
-		// See Spec.releaseHold: the term stays (ending, not renewed)
-		// until then.
-		if wait := s.spec.releaseHold(from); wait > 0 {
-			s.log.Info(msg, "key", d.key, "token", st.t.token, "release_in", wait)
-			d.held = true
-			time.AfterFunc(wait, func() { r.bodies <- d }) // the loop runs while st is in r.terms
-			return
-		}
-	}
-	r.releaseReturned(d.key, st)
-}
-
-// releaseReturned queues the release of st, whose body has returned.
-func (r *setRun) releaseReturned(key string, st *setTerm) {
-	delete(r.terms, key)
-	r.unbatch(st, key)
-	r.queueRelease(key, st.t.token)
-	r.over(st.t)
-	if !r.batching {
-		// Bodies told to end together return together: gather them
-		// into one statement.
-		r.batching = true
-		r.releaseT.Reset(releaseBatchWait)
-	}
+	r.step(d.key, d.st, d.st.m.BodyDone(refused, d.err != nil, d.cancelled, time.Now()))
 }
 
 // releaseBatchWait is how long a release waits for others to share its
@@ -965,6 +812,12 @@ func (r *setRun) queueRelease(key string, token int64) {
 	}
 	r.releasing[key] = token
 	r.pending = append(r.pending, key)
+	if !r.batching {
+		// Bodies told to end together return together: gather them
+		// into one statement.
+		r.batching = true
+		r.releaseT.Reset(releaseBatchWait)
+	}
 }
 
 // startRelease sends every queued release in one statement, unless one is
@@ -1025,16 +878,14 @@ func (r *setRun) released(d releaseDone) {
 func (r *setRun) applyKeys() {
 	s := r.s
 	s.mu.Lock()
-	var gone []*setTerm
-	for k, st := range r.terms {
+	var gone []string
+	for k := range r.terms {
 		if _, ok := s.keys[k]; !ok {
-			gone = append(gone, st)
+			gone = append(gone, k)
 		}
 	}
 	s.mu.Unlock()
-	for _, st := range gone {
-		r.endSoftly(st, ReasonStopped)
-	}
+	r.yield(slices.Values(gone), lifecycle.Stopped)
 	if len(gone) == 0 && r.campaign == nil && !r.stopping && r.extra == 0 {
 		// New keys: campaign soon rather than at the next interval.
 		r.campaignT.Reset(0)

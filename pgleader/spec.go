@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pgleader/pgleader/internal/hook"
+	"github.com/pgleader/pgleader/internal/lifecycle"
 )
 
 // DefaultTTL is the lease TTL of a Spec that leaves TTL zero.
@@ -137,21 +140,19 @@ func (s Spec) resolve() (Spec, error) {
 	return s, errors.Join(errs...)
 }
 
-// timeline returns the safe end S, cancel C and yield Y instants of a term
-// whose last successful acquire or renew was sent at sent (see Spec); the
-// one rule every Elector and Set applies.
-func (s Spec) timeline(sent time.Time) (safeEnd, cancelAt, yieldAt time.Time) {
-	return s.timelineWithin(sent, s.TTL)
+// timing is s's durations for the term machine (internal/lifecycle), with
+// the fault checker's switch internal/hook.NoYield read once, as a term
+// starts.
+func (s Spec) timing() lifecycle.Timing {
+	return lifecycle.Timing{TTL: s.TTL, RenewEvery: s.RenewEvery, CampaignEvery: s.CampaignEvery, Margin: s.Margin,
+		YieldGrace: s.YieldGrace, ReleaseTimeout: s.ReleaseTimeout, NoYield: hook.NoYield.Load()}
 }
 
-// timelineWithin is timeline for a term that had bound left when the
-// statement that proved it was sent, rather than TTL: a handed-off term
-// believed on a read has what the hand-off gave it.
-func (s Spec) timelineWithin(sent time.Time, bound time.Duration) (safeEnd, cancelAt, yieldAt time.Time) {
-	safeEnd = sent.Add(bound - s.Margin)
-	cancelAt = safeEnd.Add(-s.ReleaseTimeout)
-	yieldAt = cancelAt.Add(-s.YieldGrace)
-	return safeEnd, cancelAt, yieldAt
+// yieldAt is the yield instant of a term won by a statement sent at sent:
+// a campaign's answer must come before it.
+func (s Spec) yieldAt(sent time.Time) time.Time {
+	_, _, y := s.timing().Timeline(sent, s.TTL)
+	return y
 }
 
 // handOffKeep is how long a handed-off term must have left for its

@@ -1,10 +1,13 @@
 package pgleader
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/pgleader/pgleader/internal/hook"
+	"github.com/pgleader/pgleader/internal/lifecycle"
 )
 
 // EndReason says why a term ended.
@@ -125,7 +128,7 @@ func (t *Term) Live() bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return time.Now().Before(t.yieldAt) || hook.NoYield.Load()
+	return t.yieldAt.IsZero() || time.Now().Before(t.yieldAt) // zero: internal/hook.NoYield
 }
 
 // Ending returns a channel that is closed when the term begins to end.
@@ -167,4 +170,69 @@ func (t *Term) end(r EndReason) bool {
 	t.reason = r
 	close(t.ending)
 	return true
+}
+
+// apply carries out for t what its machine decided: the timeline moved,
+// Ending closed with the reason (and observed), the body's context
+// cancelled, the note logged. The Elector and the Set both drive their
+// terms through it.
+func (t *Term) apply(m *lifecycle.Machine, act lifecycle.Actions, sent time.Time, cancel func(), log *slog.Logger, observe func(Observation), attrs ...any) {
+	if act.Extended {
+		t.mu.Lock()
+		t.deadline, t.yieldAt, t.renewed = m.SafeEnd(), m.YieldAt(), sent
+		t.mu.Unlock()
+	}
+	if act.End != lifecycle.None && t.end(EndReason(act.End)) {
+		observe(Observation{Kind: ObserveTermEnding, Key: t.key, Token: t.token, Reason: EndReason(act.End)})
+	}
+	if act.Cancel {
+		cancel()
+	}
+	if act.Note != lifecycle.NoNote && log != nil {
+		level, msg := noteLine(act.Note)
+		log.Log(context.Background(), level, msg, attrs...)
+	}
+}
+
+// renewOutcome feeds m the answer to a renewal sent at sent: the lease
+// renewed (and whether the database asked the term to resign), lost, the
+// schema gone, or a failure that may pass.
+func renewOutcome(m *lifecycle.Machine, sent time.Time, resign bool, err error) lifecycle.Actions {
+	now := time.Now()
+	switch {
+	case err == nil:
+		return m.Renewed(sent, resign, now)
+	case errors.Is(err, ErrLost):
+		return m.Lost(now, false)
+	case errors.Is(err, ErrNotMigrated):
+		return m.Lost(now, true)
+	}
+	return m.RenewFailed(now)
+}
+
+// noteLine is the level and message of a term machine's note.
+func noteLine(n lifecycle.Note) (slog.Level, string) {
+	switch n {
+	case lifecycle.BornLate:
+		return slog.LevelWarn, "the acquire was answered after the term's yield instant; releasing without running the body"
+	case lifecycle.Stopping:
+		return slog.LevelInfo, "stopping; the body has YieldGrace to return"
+	case lifecycle.Resigning:
+		return slog.LevelInfo, "resigning; the body has YieldGrace to return"
+	case lifecycle.RenewFailed:
+		return slog.LevelWarn, "renew failed; retrying until the yield instant"
+	case lifecycle.LeaseLost:
+		return slog.LevelWarn, "lease lost; cancelling the body"
+	case lifecycle.SchemaGone:
+		return slog.LevelError, "the pgleader schema is gone; ending the term at once"
+	case lifecycle.ExpiredAfterFailures:
+		return slog.LevelWarn, "renewals failed until the yield instant; the term is ending"
+	case lifecycle.ExpiredUnanswered:
+		return slog.LevelWarn, "the yield instant passed before a renewal was answered (was this process paused?); the term is ending"
+	case lifecycle.ReleaseHeld:
+		return slog.LevelInfo, "the body returned only after its context was cancelled; releasing ReleaseTimeout after that, so a statement it had sent commits while the lease is held"
+	case lifecycle.ReleaseHeldAfterError:
+		return slog.LevelInfo, "the body returned an error; releasing ReleaseTimeout after that, so a statement it had sent, whose outcome it may not know, commits while the lease is held"
+	}
+	return slog.LevelDebug, "term note"
 }
