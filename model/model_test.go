@@ -438,7 +438,7 @@ func checkEpochs(t *testing.T, model string) {
 	}
 }
 
-// candBackend is the in-memory backend as a [pgleader.Handoffer] whose
+// candBackend is the in-memory backend, keeping candidates, whose
 // lease another owner always holds: it records the candidate TTL each
 // campaign registers with.
 type candBackend struct {
@@ -459,7 +459,13 @@ func (c *candBackend) HandOff(ctx context.Context, key, owner string, token int6
 	return false, "", nil
 }
 
-func (c *candBackend) RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
+func (c *candBackend) Abilities() pgleader.Abilities {
+	ab := c.Backend.Abilities()
+	ab.Candidates = true
+	return ab
+}
+
+func (c *candBackend) RenewTerm(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
 	return time.Time{}, false, errors.New("not held")
 }
 
@@ -599,7 +605,7 @@ func TestHandOffMatchesGo(t *testing.T) {
 			"m, act := lifecycle.Start(e.spec.timing(), sent, bound, time.Now())",
 			"Keep: e.spec.handOffKeep()",
 			"budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant",
-			"if e.handoffer != nil && handOff {",
+			"if e.handOff && handOff {",
 		},
 	} {
 		src, err := os.ReadFile(file)

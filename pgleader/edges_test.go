@@ -78,11 +78,6 @@ type pgCounting struct {
 	acquires atomic.Int64
 }
 
-func (c *pgCounting) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
-	c.acquires.Add(1)
-	return c.Postgres.AcquireValue(ctx, key, owner, ttl, floor, value)
-}
-
 func (c *pgCounting) Campaign(ctx context.Context, key string, cand pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
 	c.acquires.Add(1)
 	return c.Postgres.Campaign(ctx, key, cand, ttl, floor)
@@ -133,8 +128,8 @@ type lateAnswers struct {
 	delay atomic.Int64
 }
 
-func (l *lateAnswers) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
-	lease, ok, err := l.Backend.AcquireValue(ctx, key, owner, ttl, floor, value)
+func (l *lateAnswers) Campaign(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	lease, ok, err := l.Backend.Campaign(ctx, key, c, ttl, floor)
 	time.Sleep(time.Duration(l.delay.Load()))
 	return lease, ok, err
 }

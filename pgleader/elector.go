@@ -1,6 +1,7 @@
 package pgleader
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,8 +52,8 @@ type Options struct {
 	// terms started and ended, renewals and their latency, refused claims.
 	Observer Observer
 
-	// Priority ranks this replica as a candidate when its backend is a
-	// [Handoffer]: a leader hands off to the live candidate of highest
+	// Priority ranks this replica as a candidate when its backend keeps
+	// candidates (Abilities.Candidates): a leader hands off to the live candidate of highest
 	// priority, and a leader whose term has lasted MinTerm steps down (at
 	// its next renewal) when a candidate of higher priority than its own
 	// waits. Default 0; with equal priorities nobody is pre-empted.
@@ -63,8 +64,9 @@ type Options struct {
 	MinTerm time.Duration
 	// NoHandOff turns hand-off off: the elector neither registers as a
 	// candidate nor hands the lease to one when its term ends, and
-	// releases instead. Hand-off is on by default with a [Handoffer]
-	// backend; it needs a listening [Watcher] for the candidate's side.
+	// releases instead. Hand-off is on by default with a backend that
+	// keeps candidates; it needs a listening [Watcher] for the
+	// candidate's side.
 	NoHandOff bool
 }
 
@@ -139,13 +141,12 @@ type Status struct {
 // with New; its methods are safe for concurrent use, and Run may be called
 // once at a time.
 type Elector struct {
-	backend   Backend
-	advancer  Advancer  // nil if the backend cannot advance
-	watcher   Watcher   // nil if the backend cannot push events
-	handoffer Handoffer // nil if the backend cannot hand off, or NoHandOff
-	spec      Spec
-	opts      Options
-	log       *slog.Logger
+	backend Backend
+	ab      Abilities // the backend's
+	handOff bool      // register as a candidate and hand off: ab.Candidates, and not Options.NoHandOff
+	spec    Spec
+	opts    Options
+	log     *slog.Logger
 
 	running sync.Mutex
 	c       candidacy // Run's and RunOnce's goroutine only
@@ -162,7 +163,7 @@ type Elector struct {
 // PostgreSQL, NewPostgres(pool)). It fails with an error matching ErrInvalid
 // for a bad Spec, a missing Lead, or RequireFenceAdvance without FenceFloor,
 // and with ErrAdvanceUnsupported when
-// spec.RequireFenceAdvance is set and backend does not implement Advancer.
+// spec.RequireFenceAdvance is set and the backend cannot advance.
 func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	if backend == nil {
 		return nil, invalidf("New: nil backend")
@@ -183,14 +184,9 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	if err := CheckValue(opts.Value); err != nil {
 		return nil, fmt.Errorf("Options.Value: %w", err)
 	}
-	if _, ok := backend.(Steerer); opts.Value != "" && !ok {
-		return nil, invalidf("Options.Value is set and %T cannot keep a value with its leases (it is not a Steerer)", backend)
-	}
-	advancer, _ := backend.(Advancer)
-	watcher, _ := backend.(Watcher)
-	handoffer, _ := backend.(Handoffer)
-	if opts.NoHandOff {
-		handoffer = nil
+	ab := backend.Abilities()
+	if opts.Value != "" && !ab.Values {
+		return nil, invalidf("Options.Value is set and %T cannot keep a value with its leases (its Abilities.Values is false)", backend)
 	}
 	if opts.MinTerm < 0 {
 		return nil, invalidf("Options.MinTerm must not be negative, got %v", opts.MinTerm)
@@ -203,30 +199,15 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 			"without a floor there is nothing to advance the token counter to, and after lost lease data " +
 			"terms are refused until the tokens climb past the store's fence; set FenceFloor or clear RequireFenceAdvance")
 	}
-	if spec.RequireFenceAdvance && advancer == nil {
-		return nil, fmt.Errorf("%w: Spec.RequireFenceAdvance is set and %T does not implement Advancer", ErrAdvanceUnsupported, backend)
+	if spec.RequireFenceAdvance && !ab.Advance {
+		return nil, fmt.Errorf("%w: Spec.RequireFenceAdvance is set and %T cannot advance (its Abilities.Advance is false)", ErrAdvanceUnsupported, backend)
 	}
-	log := opts.Logger
-	if lb, ok := backend.(interface{ logger() *slog.Logger }); ok && log == nil {
-		log = lb.logger()
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("key", spec.Key, "owner", opts.Owner)
-	if opts.FenceFloor != nil && advancer == nil {
+	log := cmp.Or(opts.Logger, ab.Logger, slog.Default()).With("key", spec.Key, "owner", opts.Owner)
+	if opts.FenceFloor != nil && !ab.Advance {
 		log.Warn("FenceFloor is set but the backend cannot advance its counter; the floor is ignored")
 	}
-	return &Elector{
-		backend:   backend,
-		advancer:  advancer,
-		watcher:   watcher,
-		handoffer: handoffer,
-		spec:      spec,
-		opts:      opts,
-		log:       log,
-		status:    Status{Key: spec.Key, Owner: opts.Owner},
-	}, nil
+	return &Elector{backend: backend, ab: ab, handOff: ab.Candidates && !opts.NoHandOff, spec: spec, opts: opts, log: log,
+		status: Status{Key: spec.Key, Owner: opts.Owner}}, nil
 }
 
 func defaultOwner() string {
@@ -242,8 +223,8 @@ func (e *Elector) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.status
-	if e.watcher != nil {
-		s.Listening = e.watcher.Listening()
+	if e.ab.Events != nil {
+		s.Listening = e.ab.Events.Listening()
 	}
 	if e.term != nil {
 		s.Leading = e.term.Live()
@@ -284,8 +265,8 @@ func (e *Elector) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer e.running.Unlock()
-	if h, ok := e.backend.(interface{ holdConnections() func() }); ok {
-		defer h.holdConnections()()
+	if e.ab.Hold != nil {
+		defer e.ab.Hold()()
 	}
 
 	// Watch while campaigning only: a leader has no use for lease events,
@@ -294,12 +275,12 @@ func (e *Elector) Run(ctx context.Context) error {
 	var events <-chan Event
 	unwatch := func() {}
 	watch := func() {
-		if cw, ok := e.watcher.(CandidateWatcher); ok && e.handoffer != nil {
+		if w := e.ab.Events; w != nil && e.handOff {
 			budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant
-			events, unwatch = cw.WatchCandidate(e.spec.Key, CandidateWatch{Owner: e.opts.Owner, TTL: e.spec.TTL,
+			events, unwatch = w.WatchCandidate(e.spec.Key, CandidateWatch{Owner: e.opts.Owner, TTL: e.spec.TTL,
 				Budget: budget, HeedEvery: e.spec.CampaignEvery, Keep: e.spec.handOffKeep()})
-		} else if e.watcher != nil {
-			events, unwatch = e.watcher.Watch(e.spec.Key)
+		} else if w != nil {
+			events, unwatch = w.Watch(e.spec.Key)
 		}
 	}
 	watch()
@@ -336,7 +317,7 @@ func (e *Elector) Run(ctx context.Context) error {
 			c.registered = false
 		} else {
 			e.setState(StateCampaigning, time.Time{})
-			candidate := e.handoffer != nil && e.watcher != nil && e.watcher.Listening()
+			candidate := e.handOff && e.ab.Events != nil && e.ab.Events.Listening()
 			lease, sent, won, err = e.campaign(ctx, candidate, c.reuseFloor)
 			c.registered = candidate && err == nil && !won
 		}
@@ -453,7 +434,7 @@ func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan 
 		if heard {
 			d = min(d, time.Until(heedAfter))
 		}
-		if e.watcher == nil || !e.watcher.Listening() {
+		if e.ab.Events == nil || !e.ab.Events.Listening() {
 			d = min(d, e.spec.CampaignEvery-jitter(e.spec.CampaignEvery/10))
 		}
 		return d
@@ -543,9 +524,8 @@ func jitter(d time.Duration) time.Duration {
 // bounded by the yield instant of the term it would start, since a term
 // answered later must not run (lead releases it at once).
 //
-// As a candidate (see [Handoffer]) it campaigns with Handoffer.Campaign,
-// registering this replica until TTL + Margin from now, longer than the
-// at most TTL until its next campaign.
+// As a candidate it registers this replica until TTL + Margin from now,
+// longer than the at most TTL until its next campaign.
 //
 // With reuseFloor it sends the floor it read last instead of reading it: the
 // campaign follows one that found another term holding the lease, and is
@@ -558,7 +538,7 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 	switch {
 	case reuseFloor && e.c.floorRead:
 		floor = e.c.floor
-	case e.opts.FenceFloor != nil && e.advancer != nil:
+	case e.opts.FenceFloor != nil && e.ab.Advance:
 		var err error
 		fctx, cancel := context.WithTimeout(ctx, e.spec.TTL)
 		floor, err = e.opts.FenceFloor(fctx)
@@ -574,41 +554,17 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 	sent := time.Now()
 	actx, cancel := context.WithDeadline(ctx, e.spec.yieldAt(sent))
 	defer cancel()
-	var lease Lease
-	var won bool
-	var err error
-	if e.handoffer != nil {
-		// Campaign even when not registering, so that a term won records
-		// this replica's priority.
-		c := Candidate{Owner: e.opts.Owner, Priority: e.opts.Priority, Value: e.opts.Value}
-		if asCandidate {
-			c.TTL = e.spec.TTL + e.spec.Margin
-		}
-		lease, won, err = e.handoffer.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
-	} else {
-		lease, won, err = e.acquire(actx, floor)
+	// Campaign even when not registering, so that a term won records this
+	// replica's priority.
+	c := Candidate{Owner: e.opts.Owner, Priority: e.opts.Priority, Value: e.opts.Value}
+	if asCandidate {
+		c.TTL = e.spec.TTL + e.spec.Margin
 	}
+	lease, won, err := e.backend.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
 	if err != nil {
 		return Lease{}, time.Time{}, false, e.fail(err)
 	}
 	return lease, sent, won, nil
-}
-
-// acquire advances the counter to floor while the lease is free and
-// acquires: in one operation if the backend can, else in two.
-func (e *Elector) acquire(ctx context.Context, floor int64) (Lease, bool, error) {
-	if st, ok := e.backend.(Steerer); ok {
-		return st.AcquireValue(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL, floor, e.opts.Value)
-	}
-	if floor > 0 {
-		if fa, ok := e.backend.(FloorAcquirer); ok {
-			return fa.AcquireWithFloor(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL, floor)
-		}
-		if _, _, err := e.advancer.Advance(ctx, e.spec.Key, floor); err != nil {
-			return Lease{}, false, err
-		}
-	}
-	return e.backend.Acquire(ctx, e.spec.Key, e.opts.Owner, e.spec.TTL)
 }
 
 func (e *Elector) setState(st State, until time.Time) {
@@ -647,7 +603,7 @@ type termEnd struct {
 // lead runs one term from acquisition to release and returns how it
 // ended. The term had bound left when the statement that proved it was
 // sent: TTL, or less for a handed-off term believed on a read. With
-// announce it announces the term (see [Announcer]); a term handed to this
+// announce it announces the term (see [Watcher.Announce]); a term handed to this
 // replica was announced by the hand-off's hint already; settled is called
 // once the term has lasted RenewEvery. It drives the term's machine
 // (internal/lifecycle), which makes every decision.
@@ -767,8 +723,8 @@ func (e *Elector) aside(ctx context.Context, t *Term, announce bool, settled fun
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if a, ok := e.backend.(Announcer); ok && announce {
-			e.announce(ctx, a, t.token)
+		if announce && e.ab.Events != nil {
+			e.announce(ctx, e.ab.Events, t.token)
 		}
 		for _, at := range []time.Duration{min(rehearseAfter, e.spec.RenewEvery/2), e.spec.RenewEvery} {
 			timer := time.NewTimer(time.Until(t.started.Add(at)))
@@ -827,15 +783,11 @@ func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out
 	rctx, cancel := context.WithDeadline(ctx, safeEnd)
 	defer cancel()
 	sent := time.Now()
-	var resign bool
-	var err error
-	if e.handoffer != nil {
-		_, resign, err = e.handoffer.RenewPreferring(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL, e.opts.MinTerm)
-	} else if st, ok := e.backend.(Steerer); ok {
-		_, resign, err = st.RenewTerm(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
-	} else {
-		_, err = e.backend.Renew(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL)
+	minTerm := NoPreference
+	if e.handOff {
+		minTerm = e.opts.MinTerm
 	}
+	_, resign, err := e.backend.RenewTerm(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL, minTerm)
 	out <- renewResult{sent: sent, took: time.Since(sent), err: err, resign: resign}
 }
 
@@ -847,9 +799,9 @@ func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64, ha
 	defer cancel()
 	var released bool
 	var err error
-	if e.handoffer != nil && handOff {
+	if e.handOff && handOff {
 		var successor string
-		released, successor, err = e.handoffer.HandOff(rctx, e.spec.Key, e.opts.Owner, token, "")
+		released, successor, err = e.backend.HandOff(rctx, e.spec.Key, e.opts.Owner, token, "")
 		if handedOff = err == nil && successor != ""; handedOff {
 			// Not token + 1: after a move to a new token epoch the
 			// successor draws above the epoch's base.
@@ -874,7 +826,10 @@ func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64, ha
 func (e *Elector) withdraw(ctx context.Context) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.ReleaseTimeout)
 	defer cancel()
-	if err := e.handoffer.Withdraw(wctx, e.spec.Key, e.opts.Owner); err != nil {
+	if e.ab.Steer == nil {
+		return
+	}
+	if err := e.ab.Steer.Withdraw(wctx, e.spec.Key, e.opts.Owner); err != nil {
 		e.log.Warn("withdrawing the candidate registration failed; it expires by itself", "err", err)
 	}
 }
@@ -888,15 +843,12 @@ const rehearseAfter = 100 * time.Millisecond
 // the real calls use. It is an optimisation: a failure costs the hand-off
 // time, not correctness, and is logged at Warn the first time only.
 func (e *Elector) prepareHandOff(ctx context.Context) {
-	w, ok := e.backend.(interface {
-		prepareHandOff(context.Context, string, string, time.Duration) error
-	})
-	if !ok || e.handoffer == nil {
+	if e.ab.PrepareHandOff == nil || !e.handOff {
 		return
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.RenewEvery)
 	defer cancel()
-	if err := w.prepareHandOff(pctx, e.spec.Key, e.opts.Owner, e.spec.TTL); err != nil {
+	if err := e.ab.PrepareHandOff(pctx, e.spec.TTL); err != nil {
 		if e.rehearsalFailed.CompareAndSwap(false, true) {
 			e.log.Warn("preparing the hand-off failed; hand-offs run without it, slower (said once per Elector)", "err", err)
 		} else {

@@ -483,27 +483,18 @@ func (p *pauseOwner) wait(ctx context.Context, owner string) error {
 	}
 }
 
-func (p *pauseOwner) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
-	expires, _, err := p.RenewTerm(ctx, key, owner, token, ttl)
-	return expires, err
-}
-
-func (p *pauseOwner) RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, bool, error) {
+func (p *pauseOwner) RenewTerm(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
 	if err := p.wait(ctx, owner); err != nil {
 		return time.Time{}, false, err
 	}
-	return p.Backend.RenewTerm(ctx, key, owner, token, ttl)
+	return p.Backend.RenewTerm(ctx, key, owner, token, ttl, minTerm)
 }
 
-func (p *pauseOwner) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	return p.AcquireValue(ctx, key, owner, ttl, 0, "")
-}
-
-func (p *pauseOwner) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
-	if err := p.wait(ctx, owner); err != nil {
+func (p *pauseOwner) Campaign(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	if err := p.wait(ctx, c.Owner); err != nil {
 		return pgleader.Lease{}, false, err
 	}
-	return p.Backend.AcquireValue(ctx, key, owner, ttl, floor, value)
+	return p.Backend.Campaign(ctx, key, c, ttl, floor)
 }
 
 func (p *pauseOwner) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
@@ -677,19 +668,11 @@ type countingBackend struct {
 	acquires int
 }
 
-func (c *countingBackend) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
+func (c *countingBackend) Campaign(ctx context.Context, key string, cand pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
 	c.mu.Lock()
 	c.acquires++
 	c.mu.Unlock()
-	return c.Backend.AcquireValue(ctx, key, owner, ttl, floor, value)
-}
-
-func (c *countingBackend) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
-	return c.AcquireValue(ctx, key, owner, ttl, floor, "")
-}
-
-func (c *countingBackend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	return c.AcquireValue(ctx, key, owner, ttl, 0, "")
+	return c.Backend.Campaign(ctx, key, cand, ttl, floor)
 }
 
 // TestOutageBacksOffAndLogs: while the database is down a candidate retries

@@ -14,12 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-var (
-	_ Handoffer        = (*Postgres)(nil)
-	_ CandidateWatcher = (*Postgres)(nil)
-)
-
-// Campaign implements [Handoffer]. It is pgleader.campaign in SQL.
+// Campaign implements [Backend]. It is pgleader.campaign in SQL.
 func (p *Postgres) Campaign(ctx context.Context, key string, c Candidate, ttl time.Duration, floor int64) (Lease, bool, error) {
 	if err := checkCandidate(key, c, ttl, floor); err != nil {
 		return Lease{}, false, err
@@ -87,7 +82,7 @@ func scanLease(key string, row pgx.Row) (Lease, bool, error) {
 	return l, acquired, nil
 }
 
-// HandOff implements [Handoffer]. It is pgleader.hand_off in SQL, followed
+// HandOff implements [Backend]. It is pgleader.hand_off in SQL, followed
 // by a hint in a transaction of its own, as for Release: "handoff" naming
 // the successor, or "release" when there is none.
 func (p *Postgres) HandOff(ctx context.Context, key, owner string, token int64, to string) (bool, string, error) {
@@ -141,33 +136,7 @@ func handOffAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, to
 	return string(row[0]) == "t", string(row[1]), nil
 }
 
-// RenewPreferring implements [Handoffer].
-func (p *Postgres) RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
-	if err := checkTerm(key, owner, token); err != nil {
-		return time.Time{}, false, err
-	}
-	if err := CheckTTL(ttl); err != nil {
-		return time.Time{}, false, err
-	}
-	if minTerm < 0 {
-		return time.Time{}, false, invalidf("minTerm must not be negative, got %v", minTerm)
-	}
-	var expires pgtype.Timestamptz
-	var resign bool
-	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
-		return db.QueryRow(ctx, `SELECT expires_at, resign FROM pgleader.renew_term($1, $2, $3, $4, $5)`, exec,
-			key, owner, token, interval(ttl), interval(minTerm)).Scan(&expires, &resign)
-	})
-	if err != nil {
-		return time.Time{}, false, sqlError("renew", err)
-	}
-	if !expires.Valid {
-		return time.Time{}, false, ErrLost
-	}
-	return expires.Time, resign, nil
-}
-
-// Transfer implements [Handoffer]. It is pgleader.transfer in SQL.
+// Transfer implements [Steerer]. It is pgleader.transfer in SQL.
 func (p *Postgres) Transfer(ctx context.Context, key, to string) (Lease, bool, error) {
 	if err := CheckKey(key); err != nil {
 		return Lease{}, false, err
@@ -193,7 +162,7 @@ func (p *Postgres) Transfer(ctx context.Context, key, to string) (Lease, bool, e
 	return l, asked, nil
 }
 
-// Candidates implements [Handoffer]. It is pgleader.candidates in SQL.
+// Candidates implements [Steerer]. It is pgleader.candidates in SQL.
 func (p *Postgres) Candidates(ctx context.Context, key string) ([]Candidate, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
@@ -229,7 +198,7 @@ func (p *Postgres) Candidates(ctx context.Context, key string) ([]Candidate, err
 	return out, nil
 }
 
-// Withdraw implements [Handoffer]. It is pgleader.withdraw in SQL.
+// Withdraw implements [Steerer]. It is pgleader.withdraw in SQL.
 func (p *Postgres) Withdraw(ctx context.Context, key, owner string) error {
 	if err := CheckKey(key); err != nil {
 		return err
@@ -250,7 +219,7 @@ func (p *Postgres) Withdraw(ctx context.Context, key, owner string) error {
 // prepareHandOff rehearses a hand-off (see rehearse) with the term's ttl
 // on the connection the term's hand-off will use, so that the hand-off does
 // not pay for loading what it runs.
-func (p *Postgres) prepareHandOff(ctx context.Context, _, _ string, ttl time.Duration) error {
+func (p *Postgres) prepareHandOff(ctx context.Context, ttl time.Duration) error {
 	return p.with(ctx, func(_ DB, pg *pgconn.PgConn) error {
 		if pg == nil {
 			return nil

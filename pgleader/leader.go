@@ -5,16 +5,6 @@ import (
 	"time"
 )
 
-// Announcer is implemented by backends whose watchers hear of a new term
-// only if it is announced ([Postgres] is: its acquire notifies nothing, so
-// that a notification can never fail or slow it). An Elector announces each
-// term it wins, after the term has started, as a hint for [Observe].
-type Announcer interface {
-	// Announce tells key's watchers, best-effort, that a term took the
-	// lease. Watchers treat it as a hint and read the lease.
-	Announce(ctx context.Context, key string) error
-}
-
 // Observe follows key's lease without campaigning, for a follower that
 // forwards requests to the leader, a dashboard or a router. It sends the
 // lease as the backend reads it at once, then again each time the holder,
@@ -126,7 +116,7 @@ func minTime(a, b time.Time) time.Time {
 
 // announce sends the backend's announcement of term token, bounded by
 // RenewEvery; a failure is logged at debug level only.
-func (e *Elector) announce(ctx context.Context, a Announcer, token int64) {
+func (e *Elector) announce(ctx context.Context, a Watcher, token int64) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.RenewEvery)
 	defer cancel()
 	if err := a.Announce(actx, e.spec.Key); err != nil {

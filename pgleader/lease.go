@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/pgleader/pgleader/internal/check"
@@ -34,7 +35,7 @@ type Lease struct {
 	Now time.Time
 	// Value is what the holding term published with its lease
 	// (Options.Value), "" when it published nothing or the lease is free.
-	// Only a [Steerer] backend keeps values.
+	// Only a backend with Abilities.Values keeps values.
 	Value string
 }
 
@@ -50,26 +51,46 @@ func (l Lease) Remaining() time.Duration {
 	return max(l.ExpiresAt.Sub(l.Now), 0)
 }
 
-// Backend runs the lease operations. Each call is one atomic, conditional
-// operation decided on the backend's own clock. Implementations must be safe
-// for concurrent use.
+// Backend is the one contract a lease store keeps for an [Elector]: the
+// operations of a term, each one atomic, conditional operation decided on
+// the backend's own clock, and Abilities, which says what else it can do.
+// Implementations must be safe for concurrent use.
 //
 // The PostgreSQL implementation is [Postgres]; an in-memory one for tests is
 // in package pgleadertest. Every implementation must pass the test suite in
 // package github.com/pgleader/pgleader/pgleader/backendtest, which checks
-// this contract and those of the optional interfaces.
+// this contract and, where Abilities claims them, the abilities.
 type Backend interface {
-	// Acquire takes the lease for owner if it is free or expired, drawing a
-	// token greater than every token issued before for key, and returns it
-	// with acquired = true. If another term holds the lease, nothing
-	// changes, no token is consumed, and the holder, its token and its
-	// expiry are returned with acquired = false.
-	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease Lease, acquired bool, err error)
+	// Campaign takes the lease for c.Owner if it is free or expired,
+	// drawing a token greater than every token issued before for key (and,
+	// if the backend can advance, above floor: the counter is first raised
+	// to floor), publishes c.Value with it if the backend keeps values,
+	// and returns it with acquired = true. If another term holds the lease,
+	// nothing about it changes, no token is consumed, the holder, its
+	// token, expiry and value are returned with acquired = false, and, if
+	// the backend keeps candidates and c.TTL > 0, c is registered as a
+	// candidate of key until c.TTL from now. If c.Owner holds a term handed
+	// to it and not yet confirmed, Campaign confirms it: the lease is
+	// extended to ttl from now and acquired is true.
+	Campaign(ctx context.Context, key string, c Candidate, ttl time.Duration, floor int64) (lease Lease, acquired bool, err error)
 
-	// Renew extends the term's lease to ttl from now on the backend's clock
-	// and returns the new expiry, or [ErrLost] if the term no longer holds
-	// it unexpired. It never changes the token.
-	Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (expires time.Time, err error)
+	// RenewTerm extends the term's lease to ttl from now on the backend's
+	// clock and returns the new expiry, or [ErrLost] if the term no longer
+	// holds it unexpired. It never changes the token. resign reports that
+	// the term was asked to end since (see [Steerer]), or, unless minTerm
+	// is [NoPreference], that the term has lasted minTerm while a live
+	// candidate of higher priority waits.
+	RenewTerm(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (expires time.Time, resign bool, err error)
+
+	// HandOff ends the term (key, owner, token) and, in the same atomic
+	// operation, hands the lease to the best live candidate: to if it is
+	// one (or the target of a transfer), else the one of highest priority,
+	// then the longest waiting. The successor's term has the next token
+	// and expires at its candidate expiry until it confirms it (by
+	// Campaign). Without a live candidate, or in a backend that keeps
+	// none, it releases. It reports whether the term still held the lease,
+	// and the successor ("" if released).
+	HandOff(ctx context.Context, key, owner string, token int64, to string) (released bool, successor string, err error)
 
 	// Release frees the lease if the term still holds it, and reports
 	// whether it did. A stale term's release changes nothing.
@@ -77,32 +98,71 @@ type Backend interface {
 
 	// Lease reads key's lease.
 	Lease(ctx context.Context, key string) (Lease, error)
+
+	// Abilities says what the backend can do beyond the operations above.
+	// It returns the same value on every call.
+	Abilities() Abilities
 }
 
-// Steerer is implemented by backends that keep a value with each lease and
-// let a term be asked from outside to end (both [Postgres] and
-// pgleadertest's backend do). An Elector uses it when its backend has it.
+// NoPreference is the minTerm of a RenewTerm that never asks the term to
+// step down for a candidate of higher priority; any other negative minTerm
+// is invalid.
+const NoPreference time.Duration = -1
+
+// Abilities is what a [Backend] can do beyond the operations every backend
+// has. The zero value is a backend that keeps neither values nor
+// candidates, cannot advance, and pushes no events.
+type Abilities struct {
+	// Advance: Campaign raises the token counter to its floor, so that
+	// after lost lease data the next term draws floor+1 (see
+	// Spec.RequireFenceAdvance).
+	Advance bool
+	// Values: Campaign publishes Candidate.Value with a term it wins, and
+	// RenewTerm reports a resignation asked from outside.
+	Values bool
+	// Candidates: Campaign registers waiting candidates and HandOff hands
+	// the lease to one; RenewTerm honours minTerm. Without, HandOff
+	// releases.
+	Candidates bool
+	// Steer asks terms from outside to end, hands them over, lists and
+	// withdraws candidates and advances counters; nil if the backend
+	// cannot.
+	Steer Steerer
+	// Events pushes lease events, so candidates wake at a release instead
+	// of polling; nil if the backend cannot.
+	Events Watcher
+	// Logger receives the logs of Electors and Sets that have no logger
+	// of their own; nil: slog.Default().
+	Logger *slog.Logger
+	// Hold, if set, is called as Run starts and the function it returns as
+	// Run ends: the backend keeps its connections open while any Run does.
+	Hold func() (release func())
+	// PrepareHandOff, if set, loads what a hand-off with ttl will need
+	// (on the connection it will run on), off the hand-off's path: an
+	// Elector calls it once a term has settled. A failure costs the
+	// hand-off time, not correctness.
+	PrepareHandOff func(ctx context.Context, ttl time.Duration) error
+}
+
+// Steerer is the part of a backend that acts on terms from outside them.
 type Steerer interface {
-	// AcquireValue is Acquire with a floor (see [FloorAcquirer]) that
-	// publishes value with the lease if it wins. A losing acquire returns
-	// the holder's value in the lease.
-	AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (lease Lease, acquired bool, err error)
-	// RenewTerm is Renew, and also reports whether the term was asked to
-	// resign since (see Resign).
-	RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (expires time.Time, resign bool, err error)
 	// Resign asks the term holding key's lease — only the term with token,
 	// if token is not 0 — to end: its holder learns at its next renewal and
 	// ends the term as resigned, gracefully. It reports whether a term was
 	// asked, and the lease as it was: held by another token, or free (then
 	// nobody was asked).
 	Resign(ctx context.Context, key string, token int64) (lease Lease, asked bool, err error)
-}
-
-// Advancer is implemented by backends that can move a key's token counter up
-// after their lease data was lost.
-type Advancer interface {
+	// Transfer asks the term holding key to end and hand off to the live
+	// candidate to; its holder learns at its next renewal. An error
+	// matching [ErrNoCandidate] says to is not a live candidate. It reports
+	// whether a term was asked, and the lease as it was.
+	Transfer(ctx context.Context, key, to string) (lease Lease, asked bool, err error)
+	// Candidates lists key's live candidates, the best first.
+	Candidates(ctx context.Context, key string) ([]Candidate, error)
+	// Withdraw removes owner's candidate registration for key.
+	Withdraw(ctx context.Context, key, owner string) error
 	// Advance raises key's token counter to at least floor while the lease
-	// is free, so the next Acquire draws at least floor+1. It never lowers
+	// is free, so the next term draws at least floor+1. It never lowers
 	// the counter and changes nothing while a term holds the lease; it
 	// reports whether the lease was free and the counter afterwards.
 	Advance(ctx context.Context, key string, floor int64) (advanced bool, counter int64, err error)
@@ -181,56 +241,19 @@ func checkTerm(key, owner string, token int64) error {
 	return CheckToken(token)
 }
 
-// Candidate is a replica waiting for a key, as a [Handoffer] keeps it.
+// Candidate is a replica campaigning for a key (see [Backend.Campaign]).
 type Candidate struct {
 	// Owner, Priority and Value are the candidate's: Value becomes its
-	// term's value when the lease is handed to it, and a leader of lower
-	// Priority steps down for it (see Options.Priority).
+	// term's value when it wins or the lease is handed to it, and a leader
+	// of lower Priority steps down for it (see Options.Priority).
 	Owner    string
 	Priority int32
 	Value    string
-	// TTL is how long each campaign keeps the registration (Campaign; 0
-	// campaigns without registering);
-	// RegisteredAt and ExpiresAt are the backend's record, zero for
-	// Campaign.
+	// TTL is how long the campaign keeps the registration (0: Campaign
+	// does not register); RegisteredAt and ExpiresAt are the backend's
+	// record, set by Steerer.Candidates.
 	TTL                     time.Duration
 	RegisteredAt, ExpiresAt time.Time
-}
-
-// Handoffer is implemented by backends that keep waiting candidates beside
-// each lease, so that a leader that steps down hands the lease to one of
-// them in the operation that ends its term ([Postgres] does). An Elector
-// uses it when its backend has it, while it hears events (see
-// Options.NoHandOff).
-type Handoffer interface {
-	Steerer
-	// Campaign is AcquireValue for candidate c, with two additions. If
-	// another term holds the lease, c is registered as a candidate of key
-	// until c.TTL from now. If c.Owner holds a term that was handed to it
-	// and not yet confirmed, Campaign confirms it: the lease is extended to
-	// ttl from now and acquired is true.
-	Campaign(ctx context.Context, key string, c Candidate, ttl time.Duration, floor int64) (lease Lease, acquired bool, err error)
-	// HandOff ends the term (key, owner, token) and, in the same atomic
-	// operation, hands the lease to the best live candidate: to if it is
-	// one (or the target of a Transfer), else the one of highest priority,
-	// then the longest waiting. The successor's term has token + 1 and
-	// expires at its candidate expiry until it confirms it. Without a live
-	// candidate it releases. It reports whether the term still held the
-	// lease, and the successor ("" if released).
-	HandOff(ctx context.Context, key, owner string, token int64, to string) (released bool, successor string, err error)
-	// RenewPreferring is RenewTerm, and it also asks the term to resign when
-	// a live candidate of higher priority than the term's waits and the
-	// term has lasted minTerm.
-	RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (expires time.Time, resign bool, err error)
-	// Transfer asks the term holding key to end and hand off to the live
-	// candidate to; its holder learns at its next renewal. An error
-	// matching [ErrNoCandidate] says to is not a live candidate. It reports
-	// whether a term was asked, and the lease as it was.
-	Transfer(ctx context.Context, key, to string) (lease Lease, asked bool, err error)
-	// Candidates lists key's live candidates, the best first.
-	Candidates(ctx context.Context, key string) ([]Candidate, error)
-	// Withdraw removes owner's candidate registration for key.
-	Withdraw(ctx context.Context, key, owner string) error
 }
 
 // ErrNoCandidate is matched by the error of a transfer to an owner that is

@@ -69,7 +69,7 @@ type watch struct {
 	heedAfter time.Time // hand-off hints before this are not checked; guarded by listener.mu
 }
 
-// WatchCandidate implements [CandidateWatcher]: the LISTEN connection
+// WatchCandidate implements [Watcher]: the LISTEN connection
 // checks a hand-off hint naming c.Owner itself, with pgleader.take, as soon
 // as it arrives. It is awake then, so the check costs one round trip with
 // nothing idle on its path.

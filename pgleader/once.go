@@ -38,8 +38,8 @@ func (e *Elector) RunOnce(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer e.running.Unlock()
-	if h, ok := e.backend.(interface{ holdConnections() func() }); ok {
-		defer h.holdConnections()()
+	if e.ab.Hold != nil {
+		defer e.ab.Hold()()
 	}
 	defer e.setState(StateStopped, time.Time{})
 	e.setState(StateCampaigning, time.Time{})
@@ -90,13 +90,14 @@ func Do(ctx context.Context, b Backend, spec Spec, fn func(ctx context.Context, 
 // matching [ErrNoCandidate] if to is not a live candidate of the key; then
 // nothing changes), and the hand-off picks it if it is still live then. It
 // returns once the term is over, or when ctx is done; ErrNotLeader if no
-// term is live. The backend must be a [Handoffer] with hand-off on. To
+// term is live. The backend must keep candidates and steer, with hand-off
+// on. To
 // transfer the term of another replica, call the backend's Transfer (or
 // pgleader.transfer in SQL, or the CLI's transfer): its holder learns at
 // its next renewal.
 func (e *Elector) Transfer(ctx context.Context, to string) error {
-	if e.handoffer == nil {
-		return invalidf("Transfer: %T cannot hand off (it is not a Handoffer, or Options.NoHandOff is set)", e.backend)
+	if !e.handOff || e.ab.Steer == nil {
+		return invalidf("Transfer: %T cannot hand off (its Abilities lack Candidates or Steer, or Options.NoHandOff is set)", e.backend)
 	}
 	if err := CheckOwner(to); err != nil {
 		return err
@@ -107,7 +108,7 @@ func (e *Elector) Transfer(ctx context.Context, to string) error {
 	if t == nil || !t.Live() {
 		return ErrNotLeader
 	}
-	l, asked, err := e.handoffer.Transfer(ctx, e.spec.Key, to)
+	l, asked, err := e.ab.Steer.Transfer(ctx, e.spec.Key, to)
 	if err != nil {
 		return err
 	}

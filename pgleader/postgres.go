@@ -22,8 +22,8 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Postgres is the [Backend] on PostgreSQL, and also an [Advancer],
-// [FloorAcquirer] and [Watcher]. Each operation is one call of an SQL function
+// Postgres is the [Backend] on PostgreSQL, with every ability (see
+// [Postgres.Abilities]), and a [SetBackend]. Each operation is one call of an SQL function
 // in the schema "pgleader" (see package migrations), decided by PostgreSQL on
 // its own clock. It is safe for concurrent use if its DB is (a pool is; a
 // single *pgx.Conn is not). Share one Postgres among the Electors of a
@@ -103,77 +103,53 @@ func NewPostgres(db DB, opts ...PostgresOption) *Postgres {
 	return p
 }
 
-// logger is the Electors' default logger; nil means slog.Default().
-func (p *Postgres) logger() *slog.Logger { return p.log }
-
 var (
-	_ Backend       = (*Postgres)(nil)
-	_ Advancer      = (*Postgres)(nil)
-	_ FloorAcquirer = (*Postgres)(nil)
-	_ Watcher       = (*Postgres)(nil)
-	_ Steerer       = (*Postgres)(nil)
-	_ Announcer     = (*Postgres)(nil)
+	_ Backend    = (*Postgres)(nil)
+	_ Steerer    = (*Postgres)(nil)
+	_ Watcher    = (*Postgres)(nil)
+	_ SetBackend = (*Postgres)(nil)
 )
 
-// Acquire implements [Backend].
+// Abilities implements [Backend]: a Postgres backend advances, keeps values
+// and candidates, steers, and, unless built with [PollOnly] or over a DB
+// that cannot open a connection of its own, pushes events.
+func (p *Postgres) Abilities() Abilities {
+	ab := Abilities{Advance: true, Values: true, Candidates: true, Steer: p, Logger: p.log, Hold: p.holdConnections,
+		PrepareHandOff: p.prepareHandOff}
+	if p.listen != nil {
+		ab.Events = p
+	}
+	return ab
+}
+
+// Acquire takes the lease for owner if it is free or expired: Campaign for
+// a candidate that is only an owner, with no floor.
 func (p *Postgres) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Lease, bool, error) {
-	return p.AcquireWithFloor(ctx, key, owner, ttl, 0)
+	return p.Campaign(ctx, key, Candidate{Owner: owner}, ttl, 0)
 }
 
-// AcquireWithFloor implements [FloorAcquirer].
-func (p *Postgres) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (Lease, bool, error) {
-	return p.AcquireValue(ctx, key, owner, ttl, floor, "")
-}
-
-// AcquireValue implements [Steerer].
-func (p *Postgres) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (Lease, bool, error) {
-	if err := checkAcquire(key, owner, ttl); err != nil {
-		return Lease{}, false, err
-	}
-	if err := CheckFloor(floor); err != nil {
-		return Lease{}, false, err
-	}
-	if err := CheckValue(value); err != nil {
-		return Lease{}, false, err
-	}
-	l := Lease{Key: key}
-	var acquired bool
-	var v pgtype.Text
-	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
-		return db.QueryRow(ctx,
-			`SELECT acquired, holder, token, expires_at, db_now, value FROM pgleader.acquire($1, $2, $3, $4, $5)`, exec,
-			key, owner, interval(ttl), floor, pgtype.Text{String: value, Valid: value != ""},
-		).Scan(&acquired, &l.Holder, &l.Token, &l.ExpiresAt, &l.Now, &v)
-	})
-	l.Value = v.String
-	if err != nil {
-		return Lease{}, false, sqlError("acquire", err)
-	}
-	if acquired {
-		l.AcquiredAt, l.RenewedAt = l.Now, l.Now
-	}
-	return l, acquired, nil
-}
-
-// Renew implements [Backend].
+// Renew extends the term's lease: RenewTerm without its resignation.
 func (p *Postgres) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
-	expires, _, err := p.RenewTerm(ctx, key, owner, token, ttl)
+	expires, _, err := p.RenewTerm(ctx, key, owner, token, ttl, NoPreference)
 	return expires, err
 }
 
-// RenewTerm implements [Steerer].
-func (p *Postgres) RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, bool, error) {
+// RenewTerm implements [Backend]. It is pgleader.renew_term in SQL.
+func (p *Postgres) RenewTerm(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
 	if err := checkTerm(key, owner, token); err != nil {
 		return time.Time{}, false, err
 	}
 	if err := CheckTTL(ttl); err != nil {
 		return time.Time{}, false, err
 	}
+	if minTerm < 0 && minTerm != NoPreference {
+		return time.Time{}, false, invalidf("minTerm must not be negative (but NoPreference), got %v", minTerm)
+	}
 	var expires pgtype.Timestamptz
 	var resign bool
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
-		return db.QueryRow(ctx, `SELECT expires_at, resign FROM pgleader.renew_term($1, $2, $3, $4)`, exec,
-			key, owner, token, interval(ttl)).Scan(&expires, &resign)
+		return db.QueryRow(ctx, `SELECT expires_at, resign FROM pgleader.renew_term($1, $2, $3, $4, $5)`, exec,
+			key, owner, token, interval(ttl), pgtype.Interval{Microseconds: minTerm.Microseconds(), Valid: minTerm >= 0}).Scan(&expires, &resign)
 	})
 	if err != nil {
 		return time.Time{}, false, sqlError("renew", err)
@@ -184,7 +160,7 @@ func (p *Postgres) RenewTerm(ctx context.Context, key, owner string, token int64
 	return expires.Time, resign, nil
 }
 
-// Announce implements [Announcer]: a notification "acquire" for key, in a
+// Announce implements [Watcher]: a notification "acquire" for key, in a
 // transaction of its own.
 func (p *Postgres) Announce(ctx context.Context, key string) error {
 	if err := CheckKey(key); err != nil {
@@ -242,7 +218,7 @@ func (p *Postgres) Lease(ctx context.Context, key string) (Lease, error) {
 	return l, nil
 }
 
-// Advance implements [Advancer].
+// Advance implements [Steerer].
 func (p *Postgres) Advance(ctx context.Context, key string, floor int64) (bool, int64, error) {
 	if err := CheckKey(key); err != nil {
 		return false, 0, err

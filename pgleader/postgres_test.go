@@ -26,7 +26,7 @@ func newBackend(t *testing.T) (*pgleader.Postgres, *pgtest.DB) {
 
 func mustAcquire(t *testing.T, b pgleader.Backend, key, owner string, ttl time.Duration) pgleader.Lease {
 	t.Helper()
-	l, ok, err := b.Acquire(context.Background(), key, owner, ttl)
+	l, ok, err := b.Campaign(context.Background(), key, pgleader.Candidate{Owner: owner}, ttl, 0)
 	if err != nil {
 		t.Fatalf("acquire %s by %s: %v", key, owner, err)
 	}

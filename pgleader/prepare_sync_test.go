@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-var _ Handoffer = (*preparing)(nil)
+var _ Backend = (*preparing)(nil)
 
 // preparing is a backend that grants every campaign a new term, renews
 // every term, and records when its hand-off is prepared.
@@ -29,25 +29,13 @@ func (b *preparing) grant(key, owner string, ttl time.Duration) (Lease, bool, er
 	return Lease{Key: key, Holder: owner, Token: b.token, AcquiredAt: now, ExpiresAt: now.Add(ttl), Now: now}, true, nil
 }
 
-func (b *preparing) Acquire(_ context.Context, key, owner string, ttl time.Duration) (Lease, bool, error) {
-	return b.grant(key, owner, ttl)
-}
-
-func (b *preparing) Renew(_ context.Context, _, _ string, _ int64, ttl time.Duration) (time.Time, error) {
-	return time.Now().Add(ttl), nil
-}
-
 func (b *preparing) Release(context.Context, string, string, int64) (bool, error) { return true, nil }
 
 func (b *preparing) Lease(context.Context, string) (Lease, error) {
 	return Lease{}, errors.New("unused")
 }
 
-func (b *preparing) AcquireValue(_ context.Context, key, owner string, ttl time.Duration, _ int64, _ string) (Lease, bool, error) {
-	return b.grant(key, owner, ttl)
-}
-
-func (b *preparing) RenewTerm(_ context.Context, _, _ string, _ int64, ttl time.Duration) (time.Time, bool, error) {
+func (b *preparing) RenewTerm(_ context.Context, _, _ string, _ int64, ttl, _ time.Duration) (time.Time, bool, error) {
 	return time.Now().Add(ttl), false, nil
 }
 
@@ -63,10 +51,6 @@ func (b *preparing) HandOff(context.Context, string, string, int64, string) (boo
 	return true, "", nil
 }
 
-func (b *preparing) RenewPreferring(_ context.Context, _, _ string, _ int64, ttl, _ time.Duration) (time.Time, bool, error) {
-	return time.Now().Add(ttl), false, nil
-}
-
 func (b *preparing) Transfer(context.Context, string, string) (Lease, bool, error) {
 	return Lease{}, false, nil
 }
@@ -75,7 +59,13 @@ func (b *preparing) Candidates(context.Context, string) ([]Candidate, error) { r
 
 func (b *preparing) Withdraw(context.Context, string, string) error { return nil }
 
-func (b *preparing) prepareHandOff(context.Context, string, string, time.Duration) error {
+func (b *preparing) Abilities() Abilities {
+	return Abilities{Values: true, Candidates: true, Steer: b, PrepareHandOff: b.prepare}
+}
+
+func (b *preparing) Advance(context.Context, string, int64) (bool, int64, error) { return true, 0, nil }
+
+func (b *preparing) prepare(context.Context, time.Duration) error {
 	b.mu.Lock()
 	b.prepared = append(b.prepared, time.Now())
 	b.mu.Unlock()

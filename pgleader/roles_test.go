@@ -444,14 +444,20 @@ func TestTwoServicesOnTwoRoles(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"AcquireValue", func() error { _, _, err := bb.AcquireValue(ctx, a.key, "intruder", time.Minute, 0, ""); return err }},
+		{"Campaign", func() error {
+			_, _, err := bb.Campaign(ctx, a.key, pgleader.Candidate{Owner: "intruder"}, time.Minute, 0)
+			return err
+		}},
 		{"Campaign", func() error {
 			_, _, err := bb.Campaign(ctx, a.key, pgleader.Candidate{Owner: "intruder", TTL: time.Minute}, time.Minute, 0)
 			return err
 		}},
-		{"RenewTerm", func() error { _, _, err := bb.RenewTerm(ctx, a.key, holder, token, time.Minute); return err }},
-		{"RenewPreferring", func() error {
-			_, _, err := bb.RenewPreferring(ctx, a.key, holder, token, time.Minute, time.Second)
+		{"RenewTerm", func() error {
+			_, _, err := bb.RenewTerm(ctx, a.key, holder, token, time.Minute, pgleader.NoPreference)
+			return err
+		}},
+		{"RenewTerm with a minimum term", func() error {
+			_, _, err := bb.RenewTerm(ctx, a.key, holder, token, time.Minute, time.Second)
 			return err
 		}},
 		{"Release", func() error { _, err := bb.Release(ctx, a.key, holder, token); return err }},

@@ -27,7 +27,7 @@ func (r *restoring) arm(l pgleader.Lease) {
 	r.restore = &l
 }
 
-func (r *restoring) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
+func (r *restoring) Campaign(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
 	r.mu.Lock()
 	l := r.restore
 	r.restore = nil
@@ -37,7 +37,7 @@ func (r *restoring) AcquireValue(ctx context.Context, key, owner string, ttl tim
 		l.AcquiredAt, l.RenewedAt, l.Now, l.ExpiresAt = now, now, now, now.Add(ttl)
 		return *l, true, nil
 	}
-	return r.Backend.AcquireValue(ctx, key, owner, ttl, floor, value)
+	return r.Backend.Campaign(ctx, key, c, ttl, floor)
 }
 
 // TestEarlierOwnTokenNotLedAgain: an elector that led tokens 1 and 2 is

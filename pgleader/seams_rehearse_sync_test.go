@@ -13,8 +13,10 @@ import (
 // failingRehearsal is a backend whose every hand-off rehearsal fails.
 type failingRehearsal struct{ *preparing }
 
-func (b failingRehearsal) prepareHandOff(context.Context, string, string, time.Duration) error {
-	return errors.New("injected: the rehearsal failed")
+func (b failingRehearsal) Abilities() Abilities {
+	ab := b.preparing.Abilities()
+	ab.PrepareHandOff = func(context.Context, time.Duration) error { return errors.New("injected: the rehearsal failed") }
+	return ab
 }
 
 // warnings passes the message of each log record at Warn or above to

@@ -122,13 +122,7 @@ func NewSet(backend SetBackend, spec Spec, keys []string, opts SetOptions) (*Set
 		}
 		set[k] = struct{}{}
 	}
-	log := opts.Logger
-	if lb, ok := backend.(interface{ logger() *slog.Logger }); ok && log == nil {
-		log = lb.logger()
-	}
-	if log == nil {
-		log = slog.Default()
-	}
+	log := cmp.Or(opts.Logger, backend.Abilities().Logger, slog.Default())
 	return &Set{
 		backend: backend,
 		spec:    spec,
@@ -255,8 +249,8 @@ func (s *Set) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer s.running.Unlock()
-	if h, ok := s.backend.(interface{ holdConnections() func() }); ok {
-		defer h.holdConnections()()
+	if hold := s.backend.Abilities().Hold; hold != nil {
+		defer hold()()
 	}
 	s.mu.Lock()
 	s.status.Running = true

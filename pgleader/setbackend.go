@@ -41,6 +41,10 @@ type SetBackend interface {
 	// would and reports for each whether it did; with leave, it also
 	// removes owner from the set's members.
 	ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, leave bool) (released []bool, err error)
+
+	// Abilities is the backend's, as [Backend.Abilities]; a Set uses its
+	// Logger and Hold.
+	Abilities() Abilities
 }
 
 // checkSetCall checks what every SetBackend call shares.

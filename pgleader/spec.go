@@ -61,7 +61,7 @@ type Spec struct {
 	// release statement. Default TTL/12.
 	ReleaseTimeout time.Duration
 	// RequireFenceAdvance makes New fail unless the backend can move its
-	// token counter up (implements Advancer) and Options.FenceFloor is set,
+	// token counter up (Abilities.Advance) and Options.FenceFloor is set,
 	// so a lock backend that lost its data cannot silently restart its
 	// tokens below the store's fence.
 	RequireFenceAdvance bool

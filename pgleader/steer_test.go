@@ -34,8 +34,8 @@ func TestValuePublishedWithTheLease(t *testing.T) {
 	if l, err := b.Lease(ctx, "k"); err != nil || l.Value != "10.0.0.7:8080" || l.Holder != "a" {
 		t.Fatalf("Lease = %+v, %v; want a's value", l, err)
 	}
-	if l, won, err := b.AcquireValue(ctx, "k", "b", time.Second, 0, "other"); err != nil || won || l.Value != "10.0.0.7:8080" {
-		t.Fatalf("losing AcquireValue = %+v %v %v; want the holder's value", l, won, err)
+	if l, won, err := b.Campaign(ctx, "k", pgleader.Candidate{Owner: "b", Value: "other"}, time.Second, 0); err != nil || won || l.Value != "10.0.0.7:8080" {
+		t.Fatalf("losing Campaign = %+v %v %v; want the holder's value", l, won, err)
 	}
 	var sqlValue string
 	if err := db.Pool.QueryRow(ctx, `SELECT value FROM pgleader.lease('k')`).Scan(&sqlValue); err != nil || sqlValue != "10.0.0.7:8080" {
@@ -52,8 +52,8 @@ func TestValuePublishedWithTheLease(t *testing.T) {
 	if !errors.Is(err, pgleader.ErrInvalid) || !strings.Contains(err.Error(), "Options.Value") {
 		t.Fatalf("New with a 1025-byte value = %v", err)
 	}
-	if _, _, err := b.AcquireValue(ctx, "k", "a", time.Second, 0, strings.Repeat("v", 1025)); !errors.Is(err, pgleader.ErrInvalid) {
-		t.Fatalf("AcquireValue with a 1025-byte value = %v", err)
+	if _, _, err := b.Campaign(ctx, "k", pgleader.Candidate{Owner: "a", Value: strings.Repeat("v", 1025)}, time.Second, 0); !errors.Is(err, pgleader.ErrInvalid) {
+		t.Fatalf("Campaign with a 1025-byte value = %v", err)
 	}
 	var sqlErr error
 	_, sqlErr = db.Pool.Exec(ctx, `SELECT * FROM pgleader.acquire('k', 'a', '1 second', 0, repeat('v', 1025))`)

@@ -64,7 +64,7 @@ type Event struct {
 	// or Err why there is none. Acquired means the term was handed to the
 	// candidate and is live: Lease.ExpiresAt less Lease.Now is how long it
 	// had left when the database looked, at least CandidateWatch.Keep (a
-	// term with less left was confirmed, as by Handoffer.Campaign, and has
+	// term with less left was confirmed, as by Backend.Campaign, and has
 	// the TTL).
 	Checked  bool
 	Acquired bool
@@ -77,22 +77,34 @@ type Event struct {
 // only record of a confirmed term.
 func (ev Event) keep() bool { return ev.Checked && ev.Acquired }
 
-// Watcher is implemented by backends that push lease events, so candidates
-// campaign when a lease is released or expires instead of polling. The
-// PostgreSQL backend does it with LISTEN/NOTIFY on one connection per
-// backend, shared by every Elector that uses it.
+// Watcher is the part of a backend that pushes lease events (see
+// Abilities.Events), so candidates campaign when a lease is released
+// instead of polling. The PostgreSQL backend does it with LISTEN/NOTIFY on
+// one connection per backend, shared by every Elector that uses it.
 type Watcher interface {
 	// Watch delivers key's events on the returned channel until stop is
 	// called. Delivery never blocks the watcher: a reader that falls more
 	// than a few events behind loses the oldest ones. stop waits until
 	// nothing more is sent, and may be called more than once.
 	Watch(key string) (events <-chan Event, stop func())
+	// WatchCandidate is Watch for candidate c: a hand-off hint naming
+	// c.Owner is checked with the backend (confirming the term if it was
+	// handed to c.Owner, as Campaign does) and delivered as a Checked
+	// event; hints naming others are not delivered. A backend that keeps
+	// no candidates watches as Watch does.
+	WatchCandidate(key string, c CandidateWatch) (events <-chan Event, stop func())
 	// Listening reports whether events are being delivered now. While it
 	// is false, candidates poll every CampaignEvery.
 	Listening() bool
+	// Announce tells key's watchers, best-effort, that a term took the
+	// lease: a backend whose acquire notifies nothing (so that a
+	// notification can never fail or slow it) needs it for [Observe]. An
+	// Elector announces each term it wins, after the term has started.
+	// Watchers treat it as a hint and read the lease.
+	Announce(ctx context.Context, key string) error
 }
 
-// CandidateWatch is what a [CandidateWatcher] needs to check a hand-off hint
+// CandidateWatch is what [Watcher.WatchCandidate] needs to check a hand-off hint
 // for a candidate.
 type CandidateWatch struct {
 	// Owner is the candidate; TTL the lease TTL its confirmed term gets.
@@ -110,24 +122,4 @@ type CandidateWatch struct {
 	// left, or every term when Keep is 0, is confirmed by a write that
 	// extends it to TTL.
 	Keep time.Duration
-}
-
-// CandidateWatcher is implemented by Watchers that check a hand-off hint
-// naming a candidate themselves, on their own connection, and deliver the
-// answer as a Checked [EventHandedOff] ([Postgres] does). An Elector whose
-// backend is a [Handoffer] uses it when it waits.
-type CandidateWatcher interface {
-	Watcher
-	// WatchCandidate is Watch for candidate c: a hand-off hint naming
-	// c.Owner is checked with the backend (confirming the term if it was
-	// handed to c.Owner, as Handoffer.Campaign does) and delivered as a
-	// Checked event; hints naming others are not delivered.
-	WatchCandidate(key string, c CandidateWatch) (events <-chan Event, stop func())
-}
-
-// FloorAcquirer is implemented by backends that can raise the token counter
-// to a floor and acquire in one atomic operation. It does what Advance and
-// then Acquire do, in one round trip.
-type FloorAcquirer interface {
-	AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (lease Lease, acquired bool, err error)
 }

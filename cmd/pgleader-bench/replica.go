@@ -170,20 +170,12 @@ func (t *timed) crashed() error {
 	return nil
 }
 
-func (t *timed) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	return t.AcquireValue(ctx, key, owner, ttl, 0, "")
-}
-
-func (t *timed) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
-	return t.AcquireValue(ctx, key, owner, ttl, floor, "")
-}
-
-func (t *timed) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
-	if err := t.crashed(); err != nil {
-		return pgleader.Lease{}, false, err
-	}
-	defer t.r.attempts.Add(1)
-	return t.Postgres.AcquireValue(ctx, key, owner, ttl, floor, value)
+// Abilities is the Postgres backend's, with t steering, so that its
+// withdrawals and advances fail as a crashed replica's would.
+func (t *timed) Abilities() pgleader.Abilities {
+	ab := t.Postgres.Abilities()
+	ab.Steer = t
+	return ab
 }
 
 func (t *timed) Campaign(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
@@ -194,23 +186,11 @@ func (t *timed) Campaign(ctx context.Context, key string, c pgleader.Candidate, 
 	return t.Postgres.Campaign(ctx, key, c, ttl, floor)
 }
 
-func (t *timed) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
-	e, _, err := t.RenewTerm(ctx, key, owner, token, ttl)
-	return e, err
-}
-
-func (t *timed) RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, bool, error) {
+func (t *timed) RenewTerm(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
 	if err := t.crashed(); err != nil {
 		return time.Time{}, false, err
 	}
-	return t.Postgres.RenewTerm(ctx, key, owner, token, ttl)
-}
-
-func (t *timed) RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
-	if err := t.crashed(); err != nil {
-		return time.Time{}, false, err
-	}
-	return t.Postgres.RenewPreferring(ctx, key, owner, token, ttl, minTerm)
+	return t.Postgres.RenewTerm(ctx, key, owner, token, ttl, minTerm)
 }
 
 func (t *timed) Release(ctx context.Context, key, owner string, token int64) (bool, error) {

@@ -28,6 +28,9 @@ type setReplica struct {
 	done    chan error
 }
 
+// Abilities implements pgleader.SetBackend: the PostgreSQL backend's.
+func (r *setReplica) Abilities() pgleader.Abilities { return r.pg.Abilities() }
+
 func newSetReplica(ctx context.Context, url, owner string) (*setReplica, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

@@ -162,11 +162,21 @@ type recorder struct {
 }
 
 var (
-	_ pgleader.Backend       = (*recorder)(nil)
-	_ pgleader.Advancer      = (*recorder)(nil)
-	_ pgleader.FloorAcquirer = (*recorder)(nil)
-	_ pgleader.Watcher       = (*recorder)(nil)
+	_ pgleader.Backend = (*recorder)(nil)
+	_ pgleader.Steerer = (*recorder)(nil)
+	_ pgleader.Watcher = (*recorder)(nil)
 )
+
+// Abilities implements pgleader.Backend: the PostgreSQL backend's, with
+// the recorder in its place.
+func (r *recorder) Abilities() pgleader.Abilities {
+	ab := r.pg.Abilities()
+	ab.Steer = r
+	if ab.Events != nil {
+		ab.Events = r
+	}
+	return ab
+}
 
 func (r *recorder) event(kind Kind, sent time.Time, err error) Event {
 	e := Event{Kind: kind, Replica: r.replica, Key: r.key, Owner: r.owner, Sent: sent, Result: OK}
@@ -185,45 +195,6 @@ func (r *recorder) term(token int64) time.Time {
 		return r.won.Term
 	}
 	return time.Time{}
-}
-
-// Acquire implements pgleader.Backend.
-func (r *recorder) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	return r.AcquireWithFloor(ctx, key, owner, ttl, 0)
-}
-
-// AcquireWithFloor implements pgleader.FloorAcquirer.
-func (r *recorder) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
-	if err := r.gate.wait(); err != nil {
-		return pgleader.Lease{}, false, err
-	}
-	sent := time.Now()
-	l, won, err := r.pg.AcquireWithFloor(ctx, key, owner, ttl, floor)
-	e := r.event(KindAcquire, sent, err)
-	if err == nil {
-		e.Token, e.DB, e.Expires = l.Token, l.Now, l.ExpiresAt
-		if won {
-			e.Term = l.Now
-			r.mu.Lock()
-			r.won = e
-			r.mu.Unlock()
-		} else {
-			e.Result, e.Detail = Refused, "held by "+l.Holder
-		}
-	}
-	r.sink.Record(e)
-	return l, won, err
-}
-
-// Renew implements pgleader.Backend.
-func (r *recorder) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
-	if err := r.gate.wait(); err != nil {
-		return time.Time{}, err
-	}
-	sent := time.Now()
-	expires, err := r.pg.Renew(ctx, key, owner, token, ttl)
-	r.renewed(sent, token, ttl, expires, err)
-	return expires, err
 }
 
 // Release implements pgleader.Backend.
@@ -250,7 +221,7 @@ func (r *recorder) Lease(ctx context.Context, key string) (pgleader.Lease, error
 	return r.pg.Lease(ctx, key)
 }
 
-// Advance implements pgleader.Advancer.
+// Advance implements pgleader.Steerer.
 func (r *recorder) Advance(ctx context.Context, key string, floor int64) (bool, int64, error) {
 	if err := r.gate.wait(); err != nil {
 		return false, 0, err
@@ -263,3 +234,6 @@ func (r *recorder) Watch(key string) (<-chan pgleader.Event, func()) { return r.
 
 // Listening implements pgleader.Watcher.
 func (r *recorder) Listening() bool { return r.pg.Listening() }
+
+// Announce implements pgleader.Watcher.
+func (r *recorder) Announce(ctx context.Context, key string) error { return r.pg.Announce(ctx, key) }

@@ -9,14 +9,10 @@ import (
 	"github.com/pgleader/pgleader/pgleader"
 )
 
-// The recorder implements the hand-off interfaces too, so the checker runs
-// with hand-off on: stops, resignations and finished terms hand the lease to
-// a waiting replica, and a successor's term may be confirmed by its LISTEN
-// connection (recorded as its winning acquire).
-var (
-	_ pgleader.Handoffer        = (*recorder)(nil)
-	_ pgleader.CandidateWatcher = (*recorder)(nil)
-)
+// The recorder keeps the PostgreSQL backend's candidates, so the checker
+// runs with hand-off on: stops, resignations and finished terms hand the
+// lease to a waiting replica, and a successor's term may be confirmed by
+// its LISTEN connection (recorded as its winning acquire).
 
 // acquired records an acquire (or a confirmation) sent at sent.
 func (r *recorder) acquired(sent time.Time, l pgleader.Lease, won bool, err error) {
@@ -48,18 +44,7 @@ func (r *recorder) renewed(sent time.Time, token int64, ttl time.Duration, expir
 	r.sink.Record(e)
 }
 
-// AcquireValue implements pgleader.Steerer.
-func (r *recorder) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
-	if err := r.gate.wait(); err != nil {
-		return pgleader.Lease{}, false, err
-	}
-	sent := time.Now()
-	l, won, err := r.pg.AcquireValue(ctx, key, owner, ttl, floor, value)
-	r.acquired(sent, l, won, err)
-	return l, won, err
-}
-
-// Campaign implements pgleader.Handoffer.
+// Campaign implements pgleader.Backend.
 func (r *recorder) Campaign(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
 	if err := r.gate.wait(); err != nil {
 		return pgleader.Lease{}, false, err
@@ -70,29 +55,18 @@ func (r *recorder) Campaign(ctx context.Context, key string, c pgleader.Candidat
 	return l, won, err
 }
 
-// RenewTerm implements pgleader.Steerer.
-func (r *recorder) RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, bool, error) {
+// RenewTerm implements pgleader.Backend.
+func (r *recorder) RenewTerm(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
 	if err := r.gate.wait(); err != nil {
 		return time.Time{}, false, err
 	}
 	sent := time.Now()
-	expires, resign, err := r.pg.RenewTerm(ctx, key, owner, token, ttl)
+	expires, resign, err := r.pg.RenewTerm(ctx, key, owner, token, ttl, minTerm)
 	r.renewed(sent, token, ttl, expires, err)
 	return expires, resign, err
 }
 
-// RenewPreferring implements pgleader.Handoffer.
-func (r *recorder) RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
-	if err := r.gate.wait(); err != nil {
-		return time.Time{}, false, err
-	}
-	sent := time.Now()
-	expires, resign, err := r.pg.RenewPreferring(ctx, key, owner, token, ttl, minTerm)
-	r.renewed(sent, token, ttl, expires, err)
-	return expires, resign, err
-}
-
-// HandOff implements pgleader.Handoffer; it is recorded as a release.
+// HandOff implements pgleader.Backend; it is recorded as a release.
 func (r *recorder) HandOff(ctx context.Context, key, owner string, token int64, to string) (bool, string, error) {
 	if err := r.gate.wait(); err != nil {
 		return false, "", err
@@ -116,17 +90,17 @@ func (r *recorder) Resign(ctx context.Context, key string, token int64) (pgleade
 	return r.pg.Resign(ctx, key, token)
 }
 
-// Transfer implements pgleader.Handoffer.
+// Transfer implements pgleader.Steerer.
 func (r *recorder) Transfer(ctx context.Context, key, to string) (pgleader.Lease, bool, error) {
 	return r.pg.Transfer(ctx, key, to)
 }
 
-// Candidates implements pgleader.Handoffer.
+// Candidates implements pgleader.Steerer.
 func (r *recorder) Candidates(ctx context.Context, key string) ([]pgleader.Candidate, error) {
 	return r.pg.Candidates(ctx, key)
 }
 
-// Withdraw implements pgleader.Handoffer.
+// Withdraw implements pgleader.Steerer.
 func (r *recorder) Withdraw(ctx context.Context, key, owner string) error {
 	if err := r.gate.wait(); err != nil {
 		return err
@@ -134,7 +108,7 @@ func (r *recorder) Withdraw(ctx context.Context, key, owner string) error {
 	return r.pg.Withdraw(ctx, key, owner)
 }
 
-// WatchCandidate implements pgleader.CandidateWatcher. A term its LISTEN
+// WatchCandidate implements pgleader.Watcher. A term its LISTEN
 // connection confirmed is recorded as the winning acquire it is; the event
 // is held while the replica is paused, as the process would hold it.
 func (r *recorder) WatchCandidate(key string, c pgleader.CandidateWatch) (<-chan pgleader.Event, func()) {

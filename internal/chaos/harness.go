@@ -184,8 +184,8 @@ func resolveSpec(spec pgleader.Spec) (pgleader.Spec, error) {
 // noBackend only lets resolveSpec build an Elector; it is never run.
 type noBackend struct{ pgleader.Backend }
 
-// Advance makes noBackend an Advancer, as RequireFenceAdvance wants.
-func (noBackend) Advance(context.Context, string, int64) (bool, int64, error) { return false, 0, nil }
+// Abilities claims Advance, as RequireFenceAdvance wants.
+func (noBackend) Abilities() pgleader.Abilities { return pgleader.Abilities{Advance: true} }
 
 func contains(list []int, i int) bool {
 	for _, v := range list {

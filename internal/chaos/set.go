@@ -76,6 +76,9 @@ type setRecorder struct {
 
 var _ pgleader.SetBackend = (*setRecorder)(nil)
 
+// Abilities implements pgleader.SetBackend.
+func (r *setRecorder) Abilities() pgleader.Abilities { return r.pg.Abilities() }
+
 func (r *setRecorder) event(kind Kind, key string, sent time.Time, err error) Event {
 	e := Event{Kind: kind, Replica: r.replica, Key: key, Owner: r.owner, Sent: sent, Result: OK}
 	if err != nil {

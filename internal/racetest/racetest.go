@@ -42,7 +42,7 @@ func Round(t testing.TB, round int, backends []pgleader.Backend, key string, ttl
 	for i, b := range backends {
 		wg.Go(func() {
 			<-start
-			l, won, err := b.Acquire(ctx, key, Owner(i), ttl)
+			l, won, err := b.Campaign(ctx, key, pgleader.Candidate{Owner: Owner(i)}, ttl, 0)
 			results[i] = result{l, won, err}
 		})
 	}

@@ -1,7 +1,7 @@
 // Package backendtest is the test suite that every [pgleader.Backend] must
-// pass: the contract written in the documentation of Backend and of the
-// optional [pgleader.Advancer], [pgleader.FloorAcquirer],
-// [pgleader.Watcher] and [pgleader.Handoffer]. Package pgleader runs it against [pgleader.Postgres],
+// pass: the contract written in the documentation of Backend, and of the
+// abilities its [pgleader.Abilities] claim (advance, values, candidates,
+// [pgleader.Steerer], [pgleader.Watcher]). Package pgleader runs it against [pgleader.Postgres],
 // and package pgleadertest against its in-memory Backend, so the fake cannot
 // drift from the real thing. A third-party backend runs it from a test of its
 // own:
@@ -12,8 +12,8 @@
 //		})
 //	}
 //
-// The subtests of an optional interface are skipped when the backend does
-// not implement it. Expiry is tested with TTLs of a few hundred
+// The subtests of an ability are skipped when the backend's Abilities do
+// not claim it. Expiry is tested with TTLs of a few hundred
 // milliseconds and waits of up to 30 seconds; no assertion depends on how
 // long a call takes, only on the clock values the backend reports
 // ([pgleader.Lease.Now] and ExpiresAt).
@@ -118,10 +118,10 @@ func testTokensIncrease(t *testing.T, b pgleader.Backend) {
 	l = mustAcquire(t, b, "k", "a", long)
 	next(l)
 
-	if _, err := b.Renew(ctx, "k", "b", expired.Token, long); !errors.Is(err, pgleader.ErrLost) {
+	if _, err := renew(b, ctx, "k", "b", expired.Token, long); !errors.Is(err, pgleader.ErrLost) {
 		t.Fatalf("renew by the expired term: %v, want ErrLost", err)
 	}
-	if _, err := b.Renew(ctx, "k", "a", l.Token, long); err != nil {
+	if _, err := renew(b, ctx, "k", "a", l.Token, long); err != nil {
 		t.Fatalf("renew by the holder: %v", err)
 	}
 	got := mustLease(t, b, "k")
@@ -137,7 +137,7 @@ func testFailedAcquire(t *testing.T, b pgleader.Backend) {
 	held := mustAcquire(t, b, "k", "a", long)
 	for _, owner := range []string{"b", "c", "a"} { // the holder cannot take its lease twice either
 		for range 3 {
-			l, ok, err := b.Acquire(ctx, "k", owner, long)
+			l, ok, err := acquire(b, ctx, "k", owner, long)
 			if err != nil || ok {
 				t.Fatalf("acquire by %s while held = %v, %v; want not acquired", owner, ok, err)
 			}
@@ -164,7 +164,7 @@ func testFailedAcquire(t *testing.T, b pgleader.Backend) {
 func testRenew(t *testing.T, b pgleader.Backend) {
 	ctx := t.Context()
 	l := mustAcquire(t, b, "k", "a", long)
-	expires, err := b.Renew(ctx, "k", "a", l.Token, 2*long)
+	expires, err := renew(b, ctx, "k", "a", l.Token, 2*long)
 	if err != nil {
 		t.Fatalf("renew: %v", err)
 	}
@@ -180,7 +180,7 @@ func testRenew(t *testing.T, b pgleader.Backend) {
 			got.AcquiredAt, got.RenewedAt, got.ExpiresAt)
 	}
 	mustRelease(t, b, "k", "a", l.Token)
-	if _, err := b.Renew(ctx, "k", "a", l.Token, long); !errors.Is(err, pgleader.ErrLost) {
+	if _, err := renew(b, ctx, "k", "a", l.Token, long); !errors.Is(err, pgleader.ErrLost) {
 		t.Fatalf("renew after release: %v, want ErrLost", err)
 	}
 	if got := mustLease(t, b, "k"); got.Held() {
@@ -207,14 +207,14 @@ func testStaleTerm(t *testing.T, b pgleader.Backend) {
 		{"other owner with the current token", "a", cur.Token},
 		{"holder with a future token", "b", cur.Token + 1},
 	} {
-		if _, err := b.Renew(ctx, "k", s.owner, s.token, 2*long); !errors.Is(err, pgleader.ErrLost) {
+		if _, err := renew(b, ctx, "k", s.owner, s.token, 2*long); !errors.Is(err, pgleader.ErrLost) {
 			t.Errorf("%s: renew err = %v, want ErrLost", s.name, err)
 		}
 		if ok, err := b.Release(ctx, "k", s.owner, s.token); err != nil || ok {
 			t.Errorf("%s: release = %v, %v; want false, nil", s.name, ok, err)
 		}
 	}
-	if _, err := b.Renew(ctx, "never-taken", "a", 1, long); !errors.Is(err, pgleader.ErrLost) {
+	if _, err := renew(b, ctx, "never-taken", "a", 1, long); !errors.Is(err, pgleader.ErrLost) {
 		t.Errorf("renew of a key never taken: %v, want ErrLost", err)
 	}
 	if ok, err := b.Release(ctx, "never-taken", "a", 1); err != nil || ok {
@@ -233,7 +233,7 @@ func testExpiry(t *testing.T, b pgleader.Backend) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a lease of %v was still held after %v", short, patience)
 		}
-		got, ok, err := b.Acquire(ctx, "k", "b", long)
+		got, ok, err := acquire(b, ctx, "k", "b", long)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +250,7 @@ func testExpiry(t *testing.T, b pgleader.Backend) {
 			t.Fatalf("refused at %v on the backend's clock, at or after the expiry %v", got.Now, held.ExpiresAt)
 		}
 	}
-	if _, err := b.Renew(ctx, "k", "a", held.Token, long); !errors.Is(err, pgleader.ErrLost) {
+	if _, err := renew(b, ctx, "k", "a", held.Token, long); !errors.Is(err, pgleader.ErrLost) {
 		t.Fatalf("renew by the expired term: %v, want ErrLost", err)
 	}
 	if ok, err := b.Release(ctx, "k", "a", held.Token); err != nil || ok {
@@ -264,7 +264,7 @@ func testExpiry(t *testing.T, b pgleader.Backend) {
 	if l.Holder != "" || l.Token != 1 || !l.AcquiredAt.IsZero() || !l.RenewedAt.IsZero() || !l.ExpiresAt.IsZero() || l.Remaining() != 0 {
 		t.Fatalf("expired lease = %+v; want no holder, token 1, zero times", l)
 	}
-	if _, err := b.Renew(ctx, "e", "a", 1, long); !errors.Is(err, pgleader.ErrLost) {
+	if _, err := renew(b, ctx, "e", "a", 1, long); !errors.Is(err, pgleader.ErrLost) {
 		t.Fatalf("renew of an expired lease: %v, want ErrLost", err)
 	}
 }
@@ -306,21 +306,21 @@ func testBadInput(t *testing.T, b pgleader.Backend) {
 		do          func() error
 	}
 	calls := []call{
-		{"acquire empty key", "key", func() error { _, _, err := b.Acquire(ctx, "", "b", long); return err }},
-		{"acquire empty owner", "owner", func() error { _, _, err := b.Acquire(ctx, "free", "", long); return err }},
-		{"acquire long key", "key", func() error { _, _, err := b.Acquire(ctx, tooLong, "b", long); return err }},
-		{"acquire long owner", "owner", func() error { _, _, err := b.Acquire(ctx, "free", tooLong, long); return err }},
-		{"acquire NUL in key", "key", func() error { _, _, err := b.Acquire(ctx, "free\x00", "b", long); return err }},
-		{"acquire invalid UTF-8 key", "key", func() error { _, _, err := b.Acquire(ctx, "free\xff", "b", long); return err }},
-		{"acquire invalid UTF-8 owner", "owner", func() error { _, _, err := b.Acquire(ctx, "free", "b\xff", long); return err }},
-		{"acquire zero ttl", "ttl", func() error { _, _, err := b.Acquire(ctx, "free", "b", 0); return err }},
-		{"acquire negative ttl", "ttl", func() error { _, _, err := b.Acquire(ctx, "free", "b", -time.Second); return err }},
-		{"acquire 1ns ttl", "ttl", func() error { _, _, err := b.Acquire(ctx, "free", "b", time.Nanosecond); return err }},
-		{"renew empty key", "key", func() error { _, err := b.Renew(ctx, "", "a", held.Token, long); return err }},
-		{"renew empty owner", "owner", func() error { _, err := b.Renew(ctx, "k", "", held.Token, long); return err }},
-		{"renew zero token", "token", func() error { _, err := b.Renew(ctx, "k", "a", 0, long); return err }},
-		{"renew negative token", "token", func() error { _, err := b.Renew(ctx, "k", "a", -1, long); return err }},
-		{"renew zero ttl", "ttl", func() error { _, err := b.Renew(ctx, "k", "a", held.Token, 0); return err }},
+		{"acquire empty key", "key", func() error { _, _, err := acquire(b, ctx, "", "b", long); return err }},
+		{"acquire empty owner", "owner", func() error { _, _, err := acquire(b, ctx, "free", "", long); return err }},
+		{"acquire long key", "key", func() error { _, _, err := acquire(b, ctx, tooLong, "b", long); return err }},
+		{"acquire long owner", "owner", func() error { _, _, err := acquire(b, ctx, "free", tooLong, long); return err }},
+		{"acquire NUL in key", "key", func() error { _, _, err := acquire(b, ctx, "free\x00", "b", long); return err }},
+		{"acquire invalid UTF-8 key", "key", func() error { _, _, err := acquire(b, ctx, "free\xff", "b", long); return err }},
+		{"acquire invalid UTF-8 owner", "owner", func() error { _, _, err := acquire(b, ctx, "free", "b\xff", long); return err }},
+		{"acquire zero ttl", "ttl", func() error { _, _, err := acquire(b, ctx, "free", "b", 0); return err }},
+		{"acquire negative ttl", "ttl", func() error { _, _, err := acquire(b, ctx, "free", "b", -time.Second); return err }},
+		{"acquire 1ns ttl", "ttl", func() error { _, _, err := acquire(b, ctx, "free", "b", time.Nanosecond); return err }},
+		{"renew empty key", "key", func() error { _, err := renew(b, ctx, "", "a", held.Token, long); return err }},
+		{"renew empty owner", "owner", func() error { _, err := renew(b, ctx, "k", "", held.Token, long); return err }},
+		{"renew zero token", "token", func() error { _, err := renew(b, ctx, "k", "a", 0, long); return err }},
+		{"renew negative token", "token", func() error { _, err := renew(b, ctx, "k", "a", -1, long); return err }},
+		{"renew zero ttl", "ttl", func() error { _, err := renew(b, ctx, "k", "a", held.Token, 0); return err }},
 		{"release empty key", "key", func() error { _, err := b.Release(ctx, "", "a", held.Token); return err }},
 		{"release empty owner", "owner", func() error { _, err := b.Release(ctx, "k", "", held.Token); return err }},
 		{"release zero token", "token", func() error { _, err := b.Release(ctx, "k", "a", 0); return err }},
@@ -328,14 +328,15 @@ func testBadInput(t *testing.T, b pgleader.Backend) {
 		{"lease empty key", "key", func() error { _, err := b.Lease(ctx, ""); return err }},
 		{"lease long key", "key", func() error { _, err := b.Lease(ctx, tooLong); return err }},
 	}
-	if a, ok := b.(pgleader.Advancer); ok {
+	if a := b.Abilities().Steer; a != nil && b.Abilities().Advance {
 		calls = append(calls,
 			call{"advance empty key", "key", func() error { _, _, err := a.Advance(ctx, "", 5); return err }},
 			call{"advance negative floor", "floor", func() error { _, _, err := a.Advance(ctx, "free", -1); return err }},
 			call{"advance floor above MaxFloor", "floor", func() error { _, _, err := a.Advance(ctx, "free", pgleader.MaxFloor+1); return err }},
 		)
 	}
-	if f, ok := b.(pgleader.FloorAcquirer); ok {
+	if b.Abilities().Advance {
+		f := floored{b}
 		calls = append(calls,
 			call{"acquire with floor, empty owner", "owner", func() error { _, _, err := f.AcquireWithFloor(ctx, "free", "", long, 5); return err }},
 			call{"acquire with floor, zero ttl", "ttl", func() error { _, _, err := f.AcquireWithFloor(ctx, "free", "b", 0, 5); return err }},
@@ -390,9 +391,9 @@ func testAcquireRace(t *testing.T, b pgleader.Backend) {
 // floor+1, changes nothing while a term holds the lease, never lowers the
 // counter, applies to an expired lease, and accepts floors up to MaxFloor.
 func testAdvance(t *testing.T, b pgleader.Backend) {
-	a, ok := b.(pgleader.Advancer)
-	if !ok {
-		t.Skip("the backend does not implement pgleader.Advancer")
+	a := b.Abilities().Steer
+	if a == nil || !b.Abilities().Advance {
+		t.Skip("the backend cannot advance (Abilities)")
 	}
 	ctx := t.Context()
 	advance := func(key string, floor int64, wantAdvanced bool, wantCounter int64) {
@@ -415,7 +416,7 @@ func testAdvance(t *testing.T, b pgleader.Backend) {
 	before := mustLease(t, b, "k")
 	advance("k", 1000, false, 51) // held: nothing changes, however high the floor
 	assertUnchanged(t, b, before)
-	if _, err := b.Renew(ctx, "k", "a", 51, long); err != nil {
+	if _, err := renew(b, ctx, "k", "a", 51, long); err != nil {
 		t.Fatalf("the holder lost its lease to advance: %v", err)
 	}
 	mustRelease(t, b, "k", "a", 51)
@@ -429,7 +430,7 @@ func testAdvance(t *testing.T, b pgleader.Backend) {
 	short := mustAcquire(t, b, "k", "a", short)
 	waitFree(t, b, "k")
 	advance("k", 70, true, 70) // an expired lease is free
-	if _, err := b.Renew(ctx, "k", "a", short.Token, long); !errors.Is(err, pgleader.ErrLost) {
+	if _, err := renew(b, ctx, "k", "a", short.Token, long); !errors.Is(err, pgleader.ErrLost) {
 		t.Fatalf("the expired term renewed after advance: %v", err)
 	}
 	if l := mustAcquire(t, b, "k", "b", long); l.Token != 71 {
@@ -450,13 +451,13 @@ func testAdvance(t *testing.T, b pgleader.Backend) {
 	}
 }
 
-// testAcquireWithFloor: AcquireWithFloor draws max(counter, floor)+1 when
+// testAcquireWithFloor: a campaign with a floor draws max(counter, floor)+1 when
 // the lease is free, and changes nothing while it is held.
 func testAcquireWithFloor(t *testing.T, b pgleader.Backend) {
-	f, ok := b.(pgleader.FloorAcquirer)
-	if !ok {
-		t.Skip("the backend does not implement pgleader.FloorAcquirer")
+	if !b.Abilities().Advance {
+		t.Skip("the backend cannot advance (Abilities)")
 	}
+	f := floored{b}
 	ctx := t.Context()
 	acquire := func(owner string, floor int64, wantAcquired bool, wantHolder string, wantToken int64) {
 		t.Helper()
@@ -493,9 +494,9 @@ func testAcquireWithFloor(t *testing.T, b pgleader.Backend) {
 // that caused them, as both of pgleader's do (one LISTEN connection; the
 // in-memory backend delivers synchronously).
 func testWatch(t *testing.T, b pgleader.Backend) {
-	w, ok := b.(pgleader.Watcher)
-	if !ok {
-		t.Skip("the backend does not implement pgleader.Watcher")
+	w := b.Abilities().Events
+	if w == nil {
+		t.Skip("the backend pushes no events (Abilities.Events)")
 	}
 	evA, stopA := w.Watch("a")
 	defer stopA()
@@ -556,7 +557,7 @@ func waitRelease(t *testing.T, events <-chan pgleader.Event, key string) {
 
 func mustAcquire(t *testing.T, b pgleader.Backend, key, owner string, ttl time.Duration) pgleader.Lease {
 	t.Helper()
-	l, ok, err := b.Acquire(t.Context(), key, owner, ttl)
+	l, ok, err := acquire(b, t.Context(), key, owner, ttl)
 	if err != nil {
 		t.Fatalf("acquire %s by %s: %v", key, owner, err)
 	}
@@ -618,4 +619,21 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-timer.C:
 	case <-ctx.Done():
 	}
+}
+
+// acquire and renew are Campaign and RenewTerm in their simplest form.
+func acquire(b pgleader.Backend, ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
+	return b.Campaign(ctx, key, pgleader.Candidate{Owner: owner}, ttl, 0)
+}
+
+func renew(b pgleader.Backend, ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
+	expires, _, err := b.RenewTerm(ctx, key, owner, token, ttl, pgleader.NoPreference)
+	return expires, err
+}
+
+// floored campaigns for an owner with a floor.
+type floored struct{ b pgleader.Backend }
+
+func (f floored) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	return f.b.Campaign(ctx, key, pgleader.Candidate{Owner: owner}, ttl, floor)
 }

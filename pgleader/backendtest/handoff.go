@@ -10,14 +10,21 @@ import (
 	"github.com/pgleader/pgleader/pgleader"
 )
 
-// handoffer returns b as a Handoffer, or skips the subtest.
-func handoffer(t *testing.T, b pgleader.Backend) pgleader.Handoffer {
+// steered is a backend with its Steerer.
+type steered struct {
+	pgleader.Backend
+	pgleader.Steerer
+}
+
+// handoffer returns b with its Steerer if it keeps candidates, or skips
+// the subtest.
+func handoffer(t *testing.T, b pgleader.Backend) steered {
 	t.Helper()
-	h, ok := b.(pgleader.Handoffer)
-	if !ok {
-		t.Skip("the backend does not implement pgleader.Handoffer")
+	ab := b.Abilities()
+	if !ab.Candidates || ab.Steer == nil {
+		t.Skip("the backend keeps no candidates, or cannot steer (Abilities)")
 	}
-	return h
+	return steered{b, ab.Steer}
 }
 
 // cand is a candidate that registers for long.
@@ -25,7 +32,7 @@ func cand(owner string, priority int32) pgleader.Candidate {
 	return pgleader.Candidate{Owner: owner, Priority: priority, Value: "v-" + owner, TTL: long}
 }
 
-func mustCampaign(t *testing.T, h pgleader.Handoffer, key string, c pgleader.Candidate, wantAcquired bool) pgleader.Lease {
+func mustCampaign(t *testing.T, h steered, key string, c pgleader.Candidate, wantAcquired bool) pgleader.Lease {
 	t.Helper()
 	l, acquired, err := h.Campaign(t.Context(), key, c, long, 0)
 	if err != nil || acquired != wantAcquired {
@@ -34,7 +41,7 @@ func mustCampaign(t *testing.T, h pgleader.Handoffer, key string, c pgleader.Can
 	return l
 }
 
-func mustCandidates(t *testing.T, h pgleader.Handoffer, key string) []pgleader.Candidate {
+func mustCandidates(t *testing.T, h steered, key string) []pgleader.Candidate {
 	t.Helper()
 	cs, err := h.Candidates(t.Context(), key)
 	if err != nil {
@@ -44,7 +51,7 @@ func mustCandidates(t *testing.T, h pgleader.Handoffer, key string) []pgleader.C
 }
 
 // wantCandidates fails unless key's live candidates are owners, in order.
-func wantCandidates(t *testing.T, h pgleader.Handoffer, key string, owners ...string) []pgleader.Candidate {
+func wantCandidates(t *testing.T, h steered, key string, owners ...string) []pgleader.Candidate {
 	t.Helper()
 	cs := mustCandidates(t, h, key)
 	got := make([]string, len(cs))
@@ -57,7 +64,7 @@ func wantCandidates(t *testing.T, h pgleader.Handoffer, key string, owners ...st
 	return cs
 }
 
-func mustHandOff(t *testing.T, h pgleader.Handoffer, key, owner string, token int64, to, wantSuccessor string) {
+func mustHandOff(t *testing.T, h steered, key, owner string, token int64, to, wantSuccessor string) {
 	t.Helper()
 	released, successor, err := h.HandOff(t.Context(), key, owner, token, to)
 	if err != nil || !released || successor != wantSuccessor {
@@ -110,7 +117,7 @@ func testHandOff(t *testing.T, b pgleader.Backend) {
 	if got := mustCampaign(t, h, "k", cand("b", 0), false); got.Holder != "c" || got.Token != 2 {
 		t.Fatalf("campaign by b during the hand-off = %+v; want c's term 2", got)
 	}
-	if got, ok, err := b.Acquire(ctx, "k", "d", long); err != nil || ok || got.Holder != "c" || got.Token != 2 {
+	if got, ok, err := acquire(b, ctx, "k", "d", long); err != nil || ok || got.Holder != "c" || got.Token != 2 {
 		t.Fatalf("acquire by d during the hand-off = %+v, %v, %v; want c's term 2", got, ok, err)
 	}
 	if released, successor, err := h.HandOff(ctx, "k", "a", 1, ""); err != nil || released || successor != "" {
@@ -131,7 +138,7 @@ func testHandOff(t *testing.T, b pgleader.Backend) {
 	// To a named candidate, over a better one; confirmed by an acquire.
 	mustCampaign(t, h, "k", cand("d", 9), false)
 	mustHandOff(t, h, "k", "c", 2, "b", "b")
-	if got, ok, err := b.Acquire(ctx, "k", "b", long); err != nil || !ok || got.Holder != "b" || got.Token != 3 {
+	if got, ok, err := acquire(b, ctx, "k", "b", long); err != nil || !ok || got.Holder != "b" || got.Token != 3 {
 		t.Fatalf("acquire by the successor b = %+v, %v, %v; want its term 3 confirmed", got, ok, err)
 	}
 	// A target that is no candidate: the best live one.
@@ -191,9 +198,9 @@ func testHandOffChoice(t *testing.T, b pgleader.Backend) {
 // release.
 func testHandOffEvents(t *testing.T, b pgleader.Backend) {
 	h := handoffer(t, b)
-	w, ok := b.(pgleader.Watcher)
-	if !ok {
-		t.Skip("the backend does not implement pgleader.Watcher")
+	w := b.Abilities().Events
+	if w == nil {
+		t.Skip("the backend pushes no events (Abilities.Events)")
 	}
 	events, stop := w.Watch("k")
 	defer stop()
@@ -229,7 +236,7 @@ func testHandOffEvents(t *testing.T, b pgleader.Backend) {
 	waitRelease(t, events, "k")
 }
 
-// testPreferredLeader: RenewPreferring renews as RenewTerm does, and asks
+// testPreferredLeader: RenewTerm with a minimum term renews as without, and asks
 // the term to resign when a live candidate of higher priority than the
 // term's waits and the term has lasted minTerm, or when it was asked to
 // resign. A term carries the priority of the campaign that won it (0 for an
@@ -239,7 +246,7 @@ func testPreferredLeader(t *testing.T, b pgleader.Backend) {
 	ctx := t.Context()
 	renew := func(key, owner string, token int64, minTerm time.Duration, want bool) {
 		t.Helper()
-		expires, resign, err := h.RenewPreferring(ctx, key, owner, token, long, minTerm)
+		expires, resign, err := h.RenewTerm(ctx, key, owner, token, long, minTerm)
 		if err != nil || resign != want {
 			t.Fatalf("renew of %s by %s (token %d, min term %v) = %v, %v, %v; want resign %v",
 				key, owner, token, minTerm, expires, resign, err, want)
@@ -257,11 +264,11 @@ func testPreferredLeader(t *testing.T, b pgleader.Backend) {
 	mustCampaign(t, h, "k", cand("d", 2), false)
 	renew("k", "a", 1, long, false) // the term has not lasted long
 	renew("k", "a", 1, 0, true)
-	if _, resign, err := h.RenewTerm(ctx, "k", "a", 1, long); err != nil || resign {
-		t.Fatalf("RenewTerm beside a preferred candidate = %v, %v; want no resign (no minimum term)", resign, err)
+	if _, resign, err := h.RenewTerm(ctx, "k", "a", 1, long, pgleader.NoPreference); err != nil || resign {
+		t.Fatalf("RenewTerm with NoPreference beside a preferred candidate = %v, %v; want no resign (no minimum term)", resign, err)
 	}
-	if _, _, err := h.RenewPreferring(ctx, "k", "b", 1, long, 0); !errors.Is(err, pgleader.ErrLost) {
-		t.Fatalf("RenewPreferring by another owner: %v, want ErrLost", err)
+	if _, _, err := h.RenewTerm(ctx, "k", "b", 1, long, 0); !errors.Is(err, pgleader.ErrLost) {
+		t.Fatalf("RenewTerm by another owner: %v, want ErrLost", err)
 	}
 	if err := h.Withdraw(ctx, "k", "d"); err != nil {
 		t.Fatal(err)
@@ -307,7 +314,7 @@ func testTransfer(t *testing.T, b pgleader.Backend) {
 		t.Fatalf("transfer to the holder = %+v, %v, %v; want nobody asked, a's term 1", l, asked, err)
 	}
 	assertUnchanged(t, b, before)
-	if _, resign, err := h.RenewTerm(ctx, "k", "a", 1, long); err != nil || resign {
+	if _, resign, err := h.RenewTerm(ctx, "k", "a", 1, long, pgleader.NoPreference); err != nil || resign {
 		t.Fatalf("renew after refused transfers = %v, %v; want not asked", resign, err)
 	}
 
@@ -316,12 +323,12 @@ func testTransfer(t *testing.T, b pgleader.Backend) {
 	if l, asked, err := h.Transfer(ctx, "k", "b"); err != nil || !asked || l.Holder != "a" || l.Token != 1 {
 		t.Fatalf("transfer to b = %+v, %v, %v; want a's term 1 asked", l, asked, err)
 	}
-	if _, resign, err := h.RenewTerm(ctx, "k", "a", 1, long); err != nil || !resign {
+	if _, resign, err := h.RenewTerm(ctx, "k", "a", 1, long, pgleader.NoPreference); err != nil || !resign {
 		t.Fatalf("renew after the transfer = %v, %v; want asked to resign", resign, err)
 	}
 	mustHandOff(t, h, "k", "a", 1, "", "b") // b over c, of higher priority
 	mustCampaign(t, h, "k", cand("b", 0), true)
-	if _, resign, err := h.RenewTerm(ctx, "k", "b", 2, long); err != nil || resign {
+	if _, resign, err := h.RenewTerm(ctx, "k", "b", 2, long, pgleader.NoPreference); err != nil || resign {
 		t.Fatalf("the successor's renewal = %v, %v; want not asked (the transfer was the last term's)", resign, err)
 	}
 
@@ -335,7 +342,7 @@ func testTransfer(t *testing.T, b pgleader.Backend) {
 	mustHandOff(t, h, "k", "b", 2, "", "c")
 }
 
-// testHandOffBadInput: the Handoffer's operations refuse bad input with an
+// testHandOffBadInput: the hand-off operations refuse bad input with an
 // error matching ErrInvalid that names the bad argument, and change nothing.
 func testHandOffBadInput(t *testing.T, b pgleader.Backend) {
 	h := handoffer(t, b)
@@ -370,8 +377,8 @@ func testHandOffBadInput(t *testing.T, b pgleader.Backend) {
 		{"hand-off zero token", "token", func() error { _, _, err := h.HandOff(ctx, "k", "a", 0, ""); return err }},
 		{"hand-off empty owner", "owner", func() error { _, _, err := h.HandOff(ctx, "k", "", 1, ""); return err }},
 		{"hand-off to an invalid owner", "owner", func() error { _, _, err := h.HandOff(ctx, "k", "a", 1, "b\x00"); return err }},
-		{"renew negative min term", "minTerm", func() error { _, _, err := h.RenewPreferring(ctx, "k", "a", 1, long, -time.Second); return err }},
-		{"renew preferring zero ttl", "ttl", func() error { _, _, err := h.RenewPreferring(ctx, "k", "a", 1, 0, 0); return err }},
+		{"renew negative min term", "minTerm", func() error { _, _, err := h.RenewTerm(ctx, "k", "a", 1, long, -time.Second); return err }},
+		{"renew preferring zero ttl", "ttl", func() error { _, _, err := h.RenewTerm(ctx, "k", "a", 1, 0, 0); return err }},
 		{"transfer empty key", "key", func() error { _, _, err := h.Transfer(ctx, "", "b"); return err }},
 		{"transfer empty target", "owner", func() error { _, _, err := h.Transfer(ctx, "k", ""); return err }},
 		{"candidates empty key", "key", func() error { _, err := h.Candidates(ctx, ""); return err }},

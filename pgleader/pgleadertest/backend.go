@@ -4,11 +4,11 @@
 // advance, lost notifications. Like the PostgreSQL backend it pushes lease
 // events to watching candidates.
 //
-// Its view [Backend.WithHandOff] is a pgleader.Handoffer as well: waiting
-// candidates register, a leader that steps down hands the lease to the best
-// of them with the next token, and preferred leaders (Options.Priority,
-// Options.MinTerm) and transfers work as on PostgreSQL, so tests of
-// hand-off need no database.
+// A Backend keeps no candidates: its HandOff releases. Its view
+// [Backend.WithHandOff] keeps them: waiting candidates register, a leader
+// that steps down hands the lease to the best of them with the next token,
+// and preferred leaders (Options.Priority, Options.MinTerm) and transfers
+// work as on PostgreSQL, so tests of hand-off need no database.
 //
 // It keeps time with time.Now, so inside a testing/synctest bubble its
 // leases expire on the bubble's fake clock, and tests of timing are exact.
@@ -16,6 +16,7 @@ package pgleadertest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -49,10 +50,10 @@ type Event struct {
 	Expires time.Time
 }
 
-// Backend is an in-memory pgleader.Backend, pgleader.Advancer,
-// pgleader.FloorAcquirer, pgleader.Watcher, pgleader.Steerer and
-// pgleader.SetBackend, with the same semantics as the PostgreSQL one (and
-// [Backend.WithHandOff] a pgleader.Handoffer): both pass the suite of package
+// Backend is an in-memory pgleader.Backend, pgleader.Steerer,
+// pgleader.Watcher and pgleader.SetBackend, with the same semantics as the
+// PostgreSQL one but for candidates (see [Backend.WithHandOff]): both pass
+// the suite of package
 // github.com/pgleader/pgleader/pgleader/backendtest. It delivers a release
 // event to the key's watchers before Release returns. It is safe for
 // concurrent use.
@@ -95,12 +96,16 @@ func NewBackend() *Backend {
 }
 
 var (
-	_ pgleader.Backend       = (*Backend)(nil)
-	_ pgleader.Advancer      = (*Backend)(nil)
-	_ pgleader.FloorAcquirer = (*Backend)(nil)
-	_ pgleader.Watcher       = (*Backend)(nil)
-	_ pgleader.Steerer       = (*Backend)(nil)
+	_ pgleader.Backend = (*Backend)(nil)
+	_ pgleader.Steerer = (*Backend)(nil)
+	_ pgleader.Watcher = (*Backend)(nil)
 )
+
+// Abilities implements pgleader.Backend: everything the PostgreSQL backend
+// can do but keep candidates.
+func (b *Backend) Abilities() pgleader.Abilities {
+	return pgleader.Abilities{Advance: true, Values: true, Steer: b, Events: b}
+}
 
 // SetListening switches event delivery, as a LISTEN connection that drops
 // (false) and comes back (true) would. Dropping sends EventDeaf and coming
@@ -137,6 +142,16 @@ func (b *Backend) Watch(key string) (<-chan pgleader.Event, func()) {
 		delete(b.watchers[key], ch)
 	}
 }
+
+// WatchCandidate implements pgleader.Watcher as Watch: hand-off events are
+// delivered unchecked, and the candidate confirms its term by campaigning.
+func (b *Backend) WatchCandidate(key string, _ pgleader.CandidateWatch) (<-chan pgleader.Event, func()) {
+	return b.Watch(key)
+}
+
+// Announce implements pgleader.Watcher. It sends nothing: the backend's
+// campaign tells the watchers of every acquire itself.
+func (b *Backend) Announce(context.Context, string) error { return nil }
 
 // Listening implements pgleader.Watcher.
 func (b *Backend) Listening() bool {
@@ -216,28 +231,19 @@ func (b *Backend) Unblock() {
 	}
 }
 
-// WithoutAdvance returns a view of b that does not implement
-// pgleader.Advancer: a lock backend that cannot move its token counter.
+// WithoutAdvance returns a view of b whose Abilities claim nothing: a
+// lock backend that cannot move its token counter, keep values or push
+// events.
 func (b *Backend) WithoutAdvance() pgleader.Backend {
 	return noAdvance{b}
 }
 
-type noAdvance struct{ b *Backend }
+type noAdvance struct{ *Backend }
 
-func (n noAdvance) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	return n.b.Acquire(ctx, key, owner, ttl)
-}
+func (n noAdvance) Abilities() pgleader.Abilities { return pgleader.Abilities{} }
 
-func (n noAdvance) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
-	return n.b.Renew(ctx, key, owner, token, ttl)
-}
-
-func (n noAdvance) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
-	return n.b.Release(ctx, key, owner, token)
-}
-
-func (n noAdvance) Lease(ctx context.Context, key string) (pgleader.Lease, error) {
-	return n.b.Lease(ctx, key)
+func (n noAdvance) Campaign(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, _ int64) (pgleader.Lease, bool, error) {
+	return n.campaignCall(ctx, key, pgleader.Candidate{Owner: c.Owner}, ttl, 0, false)
 }
 
 // History returns every operation that reached the backend's decision, in
@@ -299,19 +305,23 @@ func (b *Backend) row(key string) *row {
 	return r
 }
 
-// Acquire implements pgleader.Backend.
+// Acquire takes the lease for owner: Campaign with no floor, value or
+// registration.
 func (b *Backend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (pgleader.Lease, bool, error) {
-	return b.AcquireWithFloor(ctx, key, owner, ttl, 0)
+	return b.Campaign(ctx, key, pgleader.Candidate{Owner: owner}, ttl, 0)
 }
 
-// AcquireWithFloor implements pgleader.FloorAcquirer.
-func (b *Backend) AcquireWithFloor(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
-	return b.AcquireValue(ctx, key, owner, ttl, floor, "")
+// Campaign implements pgleader.Backend as pgleader.campaign does, but
+// registers nobody: a Backend keeps no candidates.
+func (b *Backend) Campaign(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
+	return b.campaignCall(ctx, key, c, ttl, floor, false)
 }
 
-// AcquireValue implements pgleader.Steerer.
-func (b *Backend) AcquireValue(ctx context.Context, key, owner string, ttl time.Duration, floor int64, value string) (pgleader.Lease, bool, error) {
-	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckTTL(ttl), pgleader.CheckFloor(floor), pgleader.CheckValue(value)); err != nil {
+// campaignCall is Campaign; with candidates it registers c and records
+// the campaign in the History.
+func (b *Backend) campaignCall(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, floor int64, candidates bool) (pgleader.Lease, bool, error) {
+	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(c.Owner), pgleader.CheckTTL(ttl), pgleader.CheckFloor(floor),
+		pgleader.CheckValue(c.Value), checkCandidateTTL(c.TTL)); err != nil {
 		return pgleader.Lease{}, false, err
 	}
 	now, err := b.enter(ctx)
@@ -319,22 +329,37 @@ func (b *Backend) AcquireValue(ctx context.Context, key, owner string, ttl time.
 		return pgleader.Lease{}, false, err
 	}
 	defer b.mu.Unlock()
-	// As pgleader.acquire: a campaign at priority 0 that registers nobody.
-	l, how, decided := b.campaign(key, pgleader.Candidate{Owner: owner, Value: value}, ttl, floor, now)
+	if !candidates {
+		c.TTL = 0
+	}
+	l, how, decided := b.campaign(key, c, ttl, floor, now)
+	if candidates {
+		b.record(Event{At: now, Op: OpCampaign, Key: key, Owner: c.Owner, Token: l.Token, OK: how != refused, Expires: decided.Expires})
+	}
 	b.record(decided)
 	return l, how != refused, nil
 }
 
-// Renew implements pgleader.Backend.
+// Renew extends the term's lease: RenewTerm without its resignation.
 func (b *Backend) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, error) {
-	expires, _, err := b.RenewTerm(ctx, key, owner, token, ttl)
+	expires, _, err := b.RenewTerm(ctx, key, owner, token, ttl, pgleader.NoPreference)
 	return expires, err
 }
 
-// RenewTerm implements pgleader.Steerer.
-func (b *Backend) RenewTerm(ctx context.Context, key, owner string, token int64, ttl time.Duration) (time.Time, bool, error) {
+// RenewTerm implements pgleader.Backend; minTerm changes nothing, as a
+// Backend keeps no candidates.
+func (b *Backend) RenewTerm(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
+	return b.renewTerm(ctx, key, owner, token, ttl, minTerm, false)
+}
+
+// renewTerm is RenewTerm; with candidates, a live candidate of higher
+// priority asks a term that has lasted minTerm to resign.
+func (b *Backend) renewTerm(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration, candidates bool) (time.Time, bool, error) {
 	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckToken(token), pgleader.CheckTTL(ttl)); err != nil {
 		return time.Time{}, false, err
+	}
+	if minTerm < 0 && minTerm != pgleader.NoPreference {
+		return time.Time{}, false, fmt.Errorf("%w: minTerm must not be negative (but NoPreference), got %v", pgleader.ErrInvalid, minTerm)
 	}
 	now, err := b.enter(ctx)
 	if err != nil {
@@ -345,7 +370,28 @@ func (b *Backend) RenewTerm(ctx context.Context, key, owner string, token int64,
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	return r.expires, r.resign, nil
+	resign := r.resign
+	if candidates && !resign && minTerm >= 0 && now.Sub(r.acquired) >= minTerm {
+		for _, c := range b.liveCandidates(key, owner, "", now) {
+			if c.Priority > r.priority {
+				resign = true
+				break
+			}
+		}
+	}
+	return r.expires, resign, nil
+}
+
+// HandOff implements pgleader.Backend: a Backend keeps no candidates, so
+// it releases.
+func (b *Backend) HandOff(ctx context.Context, key, owner string, token int64, to string) (bool, string, error) {
+	if to != "" {
+		if err := pgleader.CheckOwner(to); err != nil {
+			return false, "", err
+		}
+	}
+	released, err := b.Release(ctx, key, owner, token)
+	return released, "", err
 }
 
 // renew extends the term's lease to ttl from now and records the renewal;
@@ -422,7 +468,7 @@ func (b *Backend) Lease(ctx context.Context, key string) (pgleader.Lease, error)
 	return r.lease(key, now), nil
 }
 
-// Advance implements pgleader.Advancer.
+// Advance implements pgleader.Steerer.
 func (b *Backend) Advance(ctx context.Context, key string, floor int64) (bool, int64, error) {
 	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckFloor(floor)); err != nil {
 		return false, 0, err

@@ -53,8 +53,8 @@ func TestSemantics(t *testing.T) {
 		if l, _, _ := b.Acquire(ctx, "k", "a", time.Second); l.Token != 51 {
 			t.Fatalf("token after advance = %d, want 51", l.Token)
 		}
-		if _, ok := b.WithoutAdvance().(pgleader.Advancer); ok {
-			t.Fatal("WithoutAdvance still implements Advancer")
+		if b.WithoutAdvance().Abilities().Advance {
+			t.Fatal("WithoutAdvance still claims Advance")
 		}
 		if len(b.History()) == 0 {
 			t.Fatal("empty history")

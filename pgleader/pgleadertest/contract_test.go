@@ -15,8 +15,8 @@ func TestBackendContract(t *testing.T) {
 	backendtest.Run(t, func(*testing.T) pgleader.Backend { return pgleadertest.NewBackend() })
 }
 
-// TestHandoffBackendContract runs it against the view that is a
-// pgleader.Handoffer too, so that its hand-off subtests run.
+// TestHandoffBackendContract runs it against the view that keeps
+// candidates too, so that its hand-off subtests run.
 func TestHandoffBackendContract(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, func(*testing.T) pgleader.Backend { return pgleadertest.NewBackend().WithHandOff() })

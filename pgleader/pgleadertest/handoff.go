@@ -11,35 +11,40 @@ import (
 	"github.com/pgleader/pgleader/pgleader"
 )
 
-// HandoffBackend is a view of a [Backend] that implements
-// pgleader.Handoffer too, with the semantics of the PostgreSQL backend's
+// HandoffBackend is a view of a [Backend] that keeps candidates, with the
+// semantics of the PostgreSQL backend's
 // (pgleader.campaign, hand_off, renew_term with a minimum term, transfer,
 // candidates, withdraw): candidates register as they campaign, a leader
 // that stops hands the lease to the best live one with the next token, a
 // candidate of higher priority makes a leader step down after its minimum
 // term (Options.Priority, Options.MinTerm), and a Transfer names the
 // successor. An Elector on it hands off as one on PostgreSQL does; the
-// successor hears a hand-off event (not checked: the view is not a
-// pgleader.CandidateWatcher) and confirms its term by campaigning.
+// successor hears a hand-off event (not checked: its WatchCandidate is
+// Watch) and confirms its term by campaigning.
 //
 // It shares its Backend's leases, switches and History. Get one with
-// [Backend.WithHandOff]: a Backend alone is not a pgleader.Handoffer, so
-// that an Elector on it, or on a type that embeds it to intercept its
-// methods, keeps releasing rather than handing off.
+// [Backend.WithHandOff]: a Backend alone keeps no candidates, so that an
+// Elector on it, or on a type that embeds it to intercept its methods,
+// keeps releasing rather than handing off.
 type HandoffBackend struct {
 	*Backend
 }
 
 var (
-	_ pgleader.Handoffer     = (*HandoffBackend)(nil)
-	_ pgleader.SetBackend    = (*HandoffBackend)(nil)
-	_ pgleader.Advancer      = (*HandoffBackend)(nil)
-	_ pgleader.FloorAcquirer = (*HandoffBackend)(nil)
+	_ pgleader.Backend    = (*HandoffBackend)(nil)
+	_ pgleader.SetBackend = (*HandoffBackend)(nil)
 )
 
-// WithHandOff returns a view of b that implements pgleader.Handoffer.
+// WithHandOff returns a view of b that keeps candidates.
 func (b *Backend) WithHandOff() *HandoffBackend {
 	return &HandoffBackend{b}
+}
+
+// Abilities implements pgleader.Backend: the Backend's, and candidates.
+func (h *HandoffBackend) Abilities() pgleader.Abilities {
+	ab := h.Backend.Abilities()
+	ab.Candidates = true
+	return ab
 }
 
 // The hand-off operations recorded in the History, once per call. What they
@@ -166,22 +171,9 @@ func (b *Backend) campaign(key string, c pgleader.Candidate, ttl time.Duration, 
 	return r.lease(key, now), won, Event{At: now, Op: OpAcquire, Key: key, Owner: c.Owner, Token: r.token, OK: true, Expires: r.expires}
 }
 
-// Campaign implements pgleader.Handoffer as pgleader.campaign does.
+// Campaign implements pgleader.Backend as pgleader.campaign does.
 func (h *HandoffBackend) Campaign(ctx context.Context, key string, c pgleader.Candidate, ttl time.Duration, floor int64) (pgleader.Lease, bool, error) {
-	b := h.Backend
-	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(c.Owner), pgleader.CheckTTL(ttl), pgleader.CheckFloor(floor),
-		pgleader.CheckValue(c.Value), checkCandidateTTL(c.TTL)); err != nil {
-		return pgleader.Lease{}, false, err
-	}
-	now, err := b.enter(ctx)
-	if err != nil {
-		return pgleader.Lease{}, false, err
-	}
-	defer b.mu.Unlock()
-	l, how, decided := b.campaign(key, c, ttl, floor, now)
-	b.record(Event{At: now, Op: OpCampaign, Key: key, Owner: c.Owner, Token: l.Token, OK: how != refused, Expires: decided.Expires})
-	b.record(decided)
-	return l, how != refused, nil
+	return h.campaignCall(ctx, key, c, ttl, floor, true)
 }
 
 func checkCandidateTTL(d time.Duration) error {
@@ -191,7 +183,7 @@ func checkCandidateTTL(d time.Duration) error {
 	return nil
 }
 
-// HandOff implements pgleader.Handoffer as pgleader.hand_off does. It
+// HandOff implements pgleader.Backend as pgleader.hand_off does. It
 // delivers a hand-off event naming the successor (or a release event) to
 // the key's watchers before it returns.
 func (h *HandoffBackend) HandOff(ctx context.Context, key, owner string, token int64, to string) (bool, string, error) {
@@ -236,42 +228,15 @@ func (h *HandoffBackend) HandOff(ctx context.Context, key, owner string, token i
 	return true, "", nil
 }
 
-// RenewPreferring implements pgleader.Handoffer as pgleader.renew_term with
-// a minimum term does.
-func (h *HandoffBackend) RenewPreferring(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
-	b := h.Backend
-	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner), pgleader.CheckToken(token), pgleader.CheckTTL(ttl)); err != nil {
-		return time.Time{}, false, err
-	}
-	if minTerm < 0 {
-		return time.Time{}, false, fmt.Errorf("%w: minTerm must not be negative, got %v", pgleader.ErrInvalid, minTerm)
-	}
-	now, err := b.enter(ctx)
-	if err != nil {
-		return time.Time{}, false, err
-	}
-	defer b.mu.Unlock()
-	r, err := b.renew(key, owner, token, ttl, now)
-	if err != nil {
-		return time.Time{}, false, err
-	}
-	resign := r.resign
-	if !resign && now.Sub(r.acquired) >= minTerm {
-		for _, c := range b.liveCandidates(key, owner, "", now) {
-			if c.Priority > r.priority {
-				resign = true
-				break
-			}
-		}
-	}
-	return r.expires, resign, nil
+// RenewTerm implements pgleader.Backend as pgleader.renew_term does.
+func (h *HandoffBackend) RenewTerm(ctx context.Context, key, owner string, token int64, ttl, minTerm time.Duration) (time.Time, bool, error) {
+	return h.renewTerm(ctx, key, owner, token, ttl, minTerm, true)
 }
 
-// Transfer implements pgleader.Handoffer as pgleader.transfer does: the
+// Transfer implements pgleader.Steerer as pgleader.transfer does: the
 // holder learns at its next renewal, and its hand-off goes to to if to is
 // still a live candidate then.
-func (h *HandoffBackend) Transfer(ctx context.Context, key, to string) (pgleader.Lease, bool, error) {
-	b := h.Backend
+func (b *Backend) Transfer(ctx context.Context, key, to string) (pgleader.Lease, bool, error) {
 	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(to)); err != nil {
 		return pgleader.Lease{}, false, err
 	}
@@ -294,9 +259,8 @@ func (h *HandoffBackend) Transfer(ctx context.Context, key, to string) (pgleader
 	return l, true, nil
 }
 
-// Candidates implements pgleader.Handoffer as pgleader.candidates does.
-func (h *HandoffBackend) Candidates(ctx context.Context, key string) ([]pgleader.Candidate, error) {
-	b := h.Backend
+// Candidates implements pgleader.Steerer as pgleader.candidates does.
+func (b *Backend) Candidates(ctx context.Context, key string) ([]pgleader.Candidate, error) {
 	if err := pgleader.CheckKey(key); err != nil {
 		return nil, err
 	}
@@ -308,9 +272,8 @@ func (h *HandoffBackend) Candidates(ctx context.Context, key string) ([]pgleader
 	return b.liveCandidates(key, "", "", now), nil
 }
 
-// Withdraw implements pgleader.Handoffer as pgleader.withdraw does.
-func (h *HandoffBackend) Withdraw(ctx context.Context, key, owner string) error {
-	b := h.Backend
+// Withdraw implements pgleader.Steerer as pgleader.withdraw does.
+func (b *Backend) Withdraw(ctx context.Context, key, owner string) error {
 	if err := firstErr(pgleader.CheckKey(key), pgleader.CheckOwner(owner)); err != nil {
 		return err
 	}
