@@ -47,7 +47,10 @@
 // Each successful renewal moves s, and so Y, C and S, later. Spec requires
 // RenewEvery + YieldGrace + ReleaseTimeout + Margin < TTL, so a healthy term
 // renews before it would be told to yield, and a body that honours Ending
-// and its context has stopped before the lease could lapse.
+// and its context has stopped before the lease could lapse. One state
+// machine, in internal/lifecycle, decides these instants and the ends below
+// for an [Elector] and a [Set] alike; its TestTimeline checks them event by
+// event.
 //
 // # How a term ends
 //
@@ -55,24 +58,28 @@
 //
 //	stopped   Run's context was cancelled. Ending closes at once, the body is
 //	          cancelled YieldGrace later (or at C if sooner), and the lease is
-//	          released, within ReleaseTimeout, as soon as the body returns.
-//	          A body that returns only once its context is cancelled may
-//	          have sent a statement that has not run yet (pgx returns at
-//	          once on cancellation), so its lease is released ReleaseTimeout
-//	          after the cancellation: such a statement then commits while the
-//	          lease is still held, as it would in a term that expires.
+//	          released, or handed to a waiting replica, once the body returns.
+//	resigned  The term was asked to end: Elector.StepDown, a transfer, a
+//	          waiting replica of higher priority, or pgleader.resign from
+//	          outside. As stopped, but Run goes on.
 //	expiring  Renewals kept failing (database unreachable or slow) until Y.
 //	          Ending closes at Y, the body is cancelled at C, and release is
-//	          attempted best-effort. This happens even if the database never
-//	          answers again.
+//	          attempted best-effort, even if the database never answers again.
 //	lost      A renewal found the lease no longer this term's: it expired and
-//	          was taken, or its row was wiped. Ending closes and the body is
-//	          cancelled at once; nothing is released.
+//	          was taken, or its row or the schema is gone. Ending closes and
+//	          the body is cancelled at once; nothing is released.
 //	finished  The body returned, with or without an error. The lease is
-//	          released and the replica campaigns again after CampaignEvery.
+//	          released, or handed off, and the replica campaigns again.
 //	refused   The Claim hook refused the token (or failed). The body never
 //	          runs; the lease is released at once and the next campaign draws
 //	          a higher token.
+//
+// A body that returns only once its context is cancelled, or returns an
+// error, may have sent a statement that has not run yet (pgx returns at once
+// on cancellation; a broken connection fails at the client while the server
+// commits). So its lease is released ReleaseTimeout after the cancellation,
+// or after it returned the error: no later than S, and such a statement then
+// commits while the lease is still held, as it would in a term that expires.
 //
 // # Claim and fence floor
 //
@@ -84,63 +91,6 @@
 // term draws floor+1 at once instead of being refused floor times.
 // Spec.RequireFenceAdvance makes New fail for a backend that cannot advance.
 //
-// # How candidates wait
-//
-// A candidate that finds the lease held learns the holder's expiry from the
-// database (as time remaining on the database clock, so the two clocks need
-// not agree) and sleeps until then, never longer than TTL. Renewals are not
-// announced: a candidate of a healthy leader reads the lease once per
-// expiry it read, one statement every TTL - RenewEvery to TTL, and one
-// whose leader crashed campaigns at the expiry.
-//
-// With a backend that is a [Watcher] — [Postgres] is, through LISTEN/NOTIFY
-// on one connection per backend — a release also wakes candidates at once,
-// with no random back-off. A notification is a hint and nothing more: any
-// role that can connect can send one on the channel. So an event only ever
-// makes a candidate look sooner, never wait longer and never believe
-// anything it has not read; acquire and renew events (sent by replicas of
-// earlier versions) are ignored; every payload field is checked; and after a
-// release event that proved false (the same term still held the lease), the
-// next is heeded no sooner than CampaignEvery later, so a flood of forged
-// events costs what polling would. The notification itself is sent after
-// the release committed, in a transaction of its own, so it can never fail
-// or slow the release.
-//
-// Whenever notifications cannot be relied on — the LISTEN connection is down
-// or reconnecting, the backend is behind pgbouncer in transaction mode
-// (detected by a probe notification on a channel of its own that never
-// arrives; the probe is tried again later, from 30s up to every 10 minutes),
-// [PollOnly] was given, or the backend is not a Watcher — candidates poll
-// every CampaignEvery, less up to 10% jitter. After a reconnect they look
-// once at once, since a release may have been missed.
-//
-// # Hand-off, transfer and preferred leaders
-//
-// With a backend that is a [Handoffer] ([Postgres] is, from schema version
-// 6), a listening candidate registers itself, with Options.Priority and
-// Options.Value, through the campaign it sends anyway. A term that ends as
-// stopped, resigned or finished then hands the lease to the best live
-// candidate in the statement that ends it: one write, the next token, the
-// candidate's own expiry as the first bound. The successor hears a hint and
-// confirms with the database ([CandidateWatcher], on its awake LISTEN
-// connection) before it leads; its timeline counts from that check's send.
-// A successor that never confirms costs what a crash costs. [Elector.Transfer]
-// and [Postgres.Transfer] hand off to a chosen candidate; a candidate of
-// higher priority makes a leader whose term lasted Options.MinTerm step down
-// for it. Options.NoHandOff turns it off.
-//
-// # A term born late, a schema gone
-//
-// A campaign's acquire is bounded by the yield instant of the term it would
-// start. If an answer still arrives after it (a backend that ignored the
-// context), the term is released at once and neither Claim nor Lead runs:
-// it ends as [ReasonExpiring] without ever being reported started. A
-// renewal that finds the pgleader schema gone ([ErrNotMigrated]: dropped or
-// migrated down under a live term) ends the term at once as [ReasonLost]
-// rather than retrying until the yield instant. When the schema comes back
-// empty, token counters restart; the fence floor ([Options.FenceFloor]) is
-// what keeps the next tokens above what the store has seen.
-//
 // # What happens when leadership is lost
 //
 // The lease guarantees that at no instant of the database's clock do two
@@ -149,39 +99,11 @@
 // the body makes, not only the first, and a stale term's writes are refused
 // by the store (package sqlfence).
 //
-// Run never exits on a database error: it logs, backs off (doubling
-// CampaignEvery up to TTL/2, with jitter) and campaigns again.
+// # Further reading
 //
-// # Steering and observing
-//
-// [Observe] follows a key's leader without campaigning: the holder, its
-// token and the value it published ([Options.Value], e.g. its address for
-// followers that forward requests), pushed by notification and verified by
-// a read. [Elector.StepDown] ends the live term gracefully without stopping
-// Run; pgleader.resign in SQL, [Postgres.Resign] and the CLI's resign ask a
-// term from outside to do the same at its next renewal; both end it as
-// [ReasonResigned]. [Elector.Status] tells campaigning, waiting (and until
-// when), backing off and leading apart, and whether the backend listens,
-// so a caller can wait until a replica is ready. [Do] (and
-// [Elector.RunOnce]) runs a one-shot job under the lease, returning
-// [ErrHeld] at once when another replica holds it.
-//
-// # Connections
-//
-// A [Postgres] backend over a pool uses, while any of its Electors runs,
-// one connection of its own for lease operations (application_name
-// "pgleader lease"), so a body that holds every connection of the pool
-// cannot starve its renewals; and, while any of its Electors waits, one
-// LISTEN connection ("pgleader listen"). Lease statements run in pgx's
-// exec mode (unprepared, one round trip), so they work through pgbouncer in
-// transaction mode with pgx's default settings; a body's own statements
-// through such a pooler need default_query_exec_mode=exec (or
-// QueryExecModeExec) on its pool. Logs of the backend and, by default, of
-// its Electors go to [WithLogger]'s logger.
-//
-// # Testing bodies
-//
-// Package pgleadertest has an in-memory [Backend] with switches for an
-// outage, a hang, lost lease data and a backend that cannot advance. It uses
-// time.Now, so under testing/synctest timing tests are exact.
+// In the repository's docs directory: model.md explains the model and why
+// it is shaped so, how candidates wait (notifications are hints), hand-off,
+// transfer and preferred leaders, and the edges of a term; elector.md covers
+// an Elector's errors, connections and poolers, steering and observing,
+// one-shot jobs and testing bodies; sets.md covers [Set].
 package pgleader

@@ -1,14 +1,18 @@
 //go:build unix
 
 // Command pgleader operates pgleader leases from the shell: it applies the
-// schema, shows the leases, advances a key's token counter, and runs a
-// command as a singleton, only while this replica holds the key's lease.
+// schema, shows the leases, advances a key's token counter, asks a leader to
+// resign or to hand off to a chosen replica, grants a role what an
+// application needs, and runs a command as a singleton, only while this
+// replica holds the key's lease.
 //
-//	pgleader migrate up|down|version|to VERSION
-//	pgleader status [KEY]
-//	pgleader advance KEY FLOOR
-//	pgleader grant [--steer] ROLE
-//	pgleader run --key KEY [flags] -- COMMAND [ARG...]
+//	pgleader migrate  [--yes] up|down|version|to VERSION
+//	pgleader status   [KEY]
+//	pgleader advance  KEY FLOOR
+//	pgleader resign   [--token N] KEY
+//	pgleader transfer KEY OWNER
+//	pgleader grant    [--steer] ROLE
+//	pgleader run      --key KEY [flags] -- COMMAND [ARG...]
 //
 // Every command takes --database URL, or reads DATABASE_URL. Exit status: 0
 // on success, 1 on an error, 2 on bad usage; run passes its command's status
@@ -35,13 +39,13 @@ import (
 const mainUsage = `pgleader runs a command on exactly one replica at a time, with the lease in PostgreSQL.
 
 Usage:
-  pgleader migrate [--database URL] [--yes] up|down|version|to VERSION
-  pgleader status  [--database URL] [KEY]
-  pgleader advance [--database URL] KEY FLOOR
-  pgleader resign  [--database URL] [--token N] KEY
+  pgleader migrate  [--database URL] [--yes] up|down|version|to VERSION
+  pgleader status   [--database URL] [KEY]
+  pgleader advance  [--database URL] KEY FLOOR
+  pgleader resign   [--database URL] [--token N] KEY
   pgleader transfer [--database URL] KEY OWNER
-  pgleader grant   [--database URL] [--steer] ROLE
-  pgleader run     [--database URL] --key KEY [flags] -- COMMAND [ARG...]
+  pgleader grant    [--database URL] [--steer] ROLE
+  pgleader run      [--database URL] --key KEY [flags] -- COMMAND [ARG...]
 
 The database is --database, or else $DATABASE_URL.
 Run 'pgleader COMMAND -h' for the flags of a command.
