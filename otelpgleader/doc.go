@@ -23,7 +23,7 @@
 //	pgleader.leader          Int64ObservableGauge  {leader}  1 from the term's start until it begins to end, else 0
 //	pgleader.token           Int64ObservableGauge  {token}   the token of the replica's current or last term
 //	pgleader.terms.started   Int64Counter          {term}    terms won
-//	pgleader.terms.ended     Int64Counter          {term}    terms over, by reason (stopped, expiring, lost, finished, refused)
+//	pgleader.terms.ended     Int64Counter          {term}    terms over, by reason (stopped, expiring, lost, finished, refused, resigned)
 //	pgleader.renew.duration  Float64Histogram      s         round trip of each renewal, by outcome (ok, lost, error)
 //	pgleader.claims.refused  Int64Counter          {claim}   terms whose Claim hook refused the token or failed
 //

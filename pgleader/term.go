@@ -28,8 +28,8 @@ const (
 	// ReasonLost: a renewal found the lease no longer this term's. The body
 	// sees Ending and is cancelled at once; nothing is released.
 	ReasonLost
-	// ReasonFinished: the body returned. The lease is released and the
-	// replica campaigns again.
+	// ReasonFinished: the body returned. The lease is released (or handed
+	// to a waiting candidate) and the replica campaigns again.
 	ReasonFinished
 	// ReasonRefused: the Claim hook refused the token (or failed). The body
 	// never runs; the lease is released at once.
@@ -144,12 +144,6 @@ func (t *Term) Reason() EndReason {
 func (t *Term) setTimeline(safeEnd, yieldAt time.Time) {
 	t.mu.Lock()
 	t.deadline, t.yieldAt = safeEnd, yieldAt
-	t.mu.Unlock()
-}
-
-func (t *Term) setRenewed(sent time.Time) {
-	t.mu.Lock()
-	t.renewed = sent
 	t.mu.Unlock()
 }
 

@@ -10,8 +10,8 @@ type EventKind int
 
 // The kinds of lease events.
 const (
-	// EventAcquired: a term took the lease (a hint; sent by replicas of
-	// earlier versions, which notified every acquire).
+	// EventAcquired: a term took the lease (a hint, from the Elector's
+	// announcement of its term; see Watcher.Announce).
 	EventAcquired EventKind = iota + 1
 	// EventRenewed: the holding term extended the lease (a hint; sent by
 	// replicas of earlier versions, which notified every renewal).
