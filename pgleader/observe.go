@@ -1,124 +1,125 @@
 package pgleader
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"net/http"
+	"context"
 	"time"
 )
 
-// ObservationKind says what an Observation reports.
-type ObservationKind int
-
-// The kinds of observations.
-const (
-	// ObserveTermStarted: this replica won a term and its Claim passed
-	// (or it has none): the body is about to run. A term whose claim is
-	// refused is reported by ObserveClaimRefused instead, and a term whose
-	// acquire was answered after its yield instant by neither; both are
-	// then reported ending and ended.
-	ObserveTermStarted ObservationKind = iota + 1
-	// ObserveTermEnding: the term began to end (Live turned false), with
-	// its Reason.
-	ObserveTermEnding
-	// ObserveTermEnded: the term is over and its lease released or given
-	// up, with its Reason.
-	ObserveTermEnded
-	// ObserveRenewed: a renewal returned, after Latency; Err is nil if it
-	// extended the lease.
-	ObserveRenewed
-	// ObserveClaimRefused: the Claim hook refused the term's token, or
-	// failed (Err).
-	ObserveClaimRefused
-)
-
-// Observation is one event of an Elector, for metrics.
-type Observation struct {
-	Kind   ObservationKind
-	Key    string
-	Owner  string
-	Token  int64
-	Reason EndReason     // for TermEnding and TermEnded
-	Took   time.Duration // for Renewed: the renewal's round trip
-	Err    error         // for Renewed and ClaimRefused
-}
-
-// Observer receives an Elector's observations. Observe is called
-// synchronously from the elector's goroutines, so it must be quick and must
-// not block; it may be called concurrently for different electors.
-type Observer interface {
-	Observe(Observation)
-}
-
-// ObserverFunc adapts a function to Observer.
-type ObserverFunc func(Observation)
-
-// Observe calls f(o).
-func (f ObserverFunc) Observe(o Observation) { f(o) }
-
-func (e *Elector) observe(o Observation) {
-	if e.opts.Observer == nil {
-		return
+// Observe follows key's lease without campaigning, for a follower that
+// forwards requests to the leader, a dashboard or a router. It sends the
+// lease as the backend reads it at once, then again each time the holder,
+// the token or the value changes, and closes the channel when ctx is done.
+// A reader that falls behind gets the newest lease, not every one.
+//
+// Everything sent was read from the backend: with a [Watcher] that is
+// listening, a notification (a release, an announced acquire) makes Observe
+// read at once, but no notification is believed without that read, and a
+// flood of them causes at most one read per every/10. Otherwise it reads
+// every interval, and at the holder's expiry. every must be at least
+// MinInterval; 2*RenewEvery is a good choice when the backend cannot push.
+// Read errors are retried at the next interval and not reported: the last
+// lease sent stands until a read succeeds.
+func Observe(ctx context.Context, b Backend, key string, every time.Duration) (<-chan Lease, error) {
+	if b == nil {
+		return nil, invalidf("Observe: nil backend")
 	}
-	o.Key, o.Owner = e.spec.Key, e.opts.Owner
-	e.opts.Observer.Observe(o)
+	if err := CheckKey(key); err != nil {
+		return nil, err
+	}
+	if every < MinInterval {
+		return nil, invalidf("Observe: every must be at least %v, got %v", MinInterval, every)
+	}
+	out := make(chan Lease, 1)
+	go observe(ctx, b, key, every, out)
+	return out, nil
 }
 
-// ErrRenewLate is matched by Check's error when a leading term's last
-// successful acquire or renew is older than it should be.
-var ErrRenewLate = errors.New("pgleader: renewals are late")
-
-// renewLate is how long after the last successful acquire or renew was
-// sent a live term's renewals are late: one retry after the planned one.
-func (s Spec) renewLate() time.Duration {
-	return s.RenewEvery + min(s.CampaignEvery, s.RenewEvery)
-}
-
-// Check reports whether the elector is healthy: nil unless it leads and its
-// last successful acquire or renew was sent more than RenewEvery +
-// min(CampaignEvery, RenewEvery) ago, one retry later than planned. A
-// replica that does not lead is healthy; use Status to tell leading. Check
-// is safe for concurrent use.
-func (e *Elector) Check() error {
-	st := e.Status()
-	if !st.Leading {
-		return nil
+func observe(ctx context.Context, b Backend, key string, every time.Duration, out chan Lease) {
+	defer close(out)
+	var events <-chan Event
+	if w, ok := b.(Watcher); ok {
+		var stop func()
+		events, stop = w.Watch(key)
+		defer stop()
 	}
-	if since := time.Since(st.LastRenewSent); since > e.spec.renewLate() {
-		return fmt.Errorf("%w: key %q token %d last renewed %v ago (expected every %v); last error: %v",
-			ErrRenewLate, st.Key, st.Token, since.Round(time.Millisecond), e.spec.RenewEvery, st.LastError)
-	}
-	return nil
-}
-
-// HealthHandler returns an http.Handler that answers 200 when every elector
-// passes Check and 503 otherwise, with a JSON body describing each: key,
-// owner, leading, token and the check's error.
-func HealthHandler(electors ...*Elector) http.Handler {
-	type entry struct {
-		Key     string `json:"key"`
-		Owner   string `json:"owner"`
-		Leading bool   `json:"leading"`
-		Token   int64  `json:"token,omitempty"`
-		Error   string `json:"error,omitempty"`
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		code := http.StatusOK
-		out := make([]entry, 0, len(electors))
-		for _, el := range electors {
-			st := el.Status()
-			en := entry{Key: st.Key, Owner: st.Owner, Leading: st.Leading}
-			if st.Leading {
-				en.Token = st.Token
+	gap := max(every/10, MinInterval) // the shortest wait between reads
+	var last Lease
+	sent := false
+	for ctx.Err() == nil {
+		read := time.Now()
+		l, err := b.Lease(ctx, key)
+		next := read.Add(every)
+		if err == nil {
+			if !sent || changed(last, l) {
+				last, sent = l, true
+				replace(out, l)
 			}
-			if err := el.Check(); err != nil {
-				en.Error, code = err.Error(), http.StatusServiceUnavailable
+			if l.Held() {
+				// Look again right after the expiry the backend reported.
+				next = minTime(next, read.Add(l.Remaining()+MinInterval))
 			}
-			out = append(out, en)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(out)
-	})
+		if !wakeAt(ctx, events, next, read.Add(gap)) {
+			return
+		}
+	}
+}
+
+// wakeAt waits until next, or until an event arrives (but not before
+// earliest), and reports whether ctx is still live.
+func wakeAt(ctx context.Context, events <-chan Event, next, earliest time.Time) bool {
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-events:
+			drain(events)
+			if !time.Now().Before(earliest) {
+				return true
+			}
+			next = minTime(next, earliest)
+			timer.Reset(time.Until(next))
+		}
+	}
+}
+
+// changed reports whether b names another term, or another value, than a.
+func changed(a, b Lease) bool {
+	return a.Holder != b.Holder || a.Token != b.Token || a.Value != b.Value
+}
+
+// replace sends l, dropping an unread older lease.
+func replace(out chan Lease, l Lease) {
+	for {
+		select {
+		case out <- l:
+			return
+		default:
+		}
+		select {
+		case <-out:
+		default:
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// announce sends the backend's announcement of term token, bounded by
+// RenewEvery; a failure is logged at debug level only.
+func (e *Elector) announce(ctx context.Context, a Watcher, token int64) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.RenewEvery)
+	defer cancel()
+	if err := a.Announce(actx, e.spec.Key); err != nil {
+		e.log.Debug("announcing the term failed; observers see it at their next read", "token", token, "err", err)
+	}
 }
