@@ -168,23 +168,14 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	if backend == nil {
 		return nil, invalidf("New: nil backend")
 	}
-	spec, err := spec.resolve()
+	ab := backend.Abilities()
+	spec, log, err := replica(spec, opts.Lead, &opts.Owner, opts.Logger, ab, "Options")
 	if err != nil {
 		return nil, err
-	}
-	if opts.Lead == nil {
-		return nil, invalidf("Options.Lead is required")
-	}
-	if opts.Owner == "" {
-		opts.Owner = defaultOwner()
-	}
-	if err := CheckOwner(opts.Owner); err != nil {
-		return nil, fmt.Errorf("Options.Owner: %w", err)
 	}
 	if err := CheckValue(opts.Value); err != nil {
 		return nil, fmt.Errorf("Options.Value: %w", err)
 	}
-	ab := backend.Abilities()
 	if opts.Value != "" && !ab.Values {
 		return nil, invalidf("Options.Value is set and %T cannot keep a value with its leases (its Abilities.Values is false)", backend)
 	}
@@ -202,7 +193,7 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	if spec.RequireFenceAdvance && !ab.Advance {
 		return nil, fmt.Errorf("%w: Spec.RequireFenceAdvance is set and %T cannot advance (its Abilities.Advance is false)", ErrAdvanceUnsupported, backend)
 	}
-	log := cmp.Or(opts.Logger, ab.Logger, slog.Default()).With("key", spec.Key, "owner", opts.Owner)
+	log = log.With("key", spec.Key, "owner", opts.Owner)
 	if opts.FenceFloor != nil && !ab.Advance {
 		log.Warn("FenceFloor is set but the backend cannot advance its counter; the floor is ignored")
 	}
@@ -210,9 +201,25 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 		status: Status{Key: spec.Key, Owner: opts.Owner}}, nil
 }
 
-func defaultOwner() string {
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d:%04x", host, os.Getpid(), rand.Uint32()&0xffff)
+// replica is what New and NewSet check and choose alike: the Spec with its
+// defaults, a body, the owner (hostname:pid:random if empty), the logger
+// (the options', else the backend's, else slog's).
+func replica(spec Spec, lead func(context.Context, *Term) error, owner *string, log *slog.Logger, ab Abilities, opts string) (Spec, *slog.Logger, error) {
+	spec, err := spec.resolve()
+	if err != nil {
+		return spec, nil, err
+	}
+	if lead == nil {
+		return spec, nil, invalidf("%s.Lead is required", opts)
+	}
+	if *owner == "" {
+		host, _ := os.Hostname()
+		*owner = fmt.Sprintf("%s:%d:%04x", host, os.Getpid(), rand.Uint32()&0xffff)
+	}
+	if err := CheckOwner(*owner); err != nil {
+		return spec, nil, fmt.Errorf("%s.Owner: %w", opts, err)
+	}
+	return spec, cmp.Or(log, ab.Logger, slog.Default()), nil
 }
 
 // Spec returns the elector's Spec with its defaults filled in.
@@ -392,179 +399,6 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// candidacy is what Run remembers from one campaign to the next.
-type candidacy struct {
-	failures   int       // campaigns failed in a row
-	hinted     bool      // the last wait ended on a release event
-	waited     Lease     // the lease the last wait was for
-	heedAfter  time.Time // release events before this are not heeded at once
-	took       *Event    // a term handed to this replica, confirmed by the watcher
-	registered bool      // the last campaign registered this replica as a candidate
-	handedOff  bool      // the last term handed the lease off
-	// lastToken is the token of the last term led: the elector never
-	// leads a token at or below it.
-	lastToken int64
-	// reuseFloor: the last campaign found another live term holding the
-	// lease; floor is the last fence floor read, and floorRead whether
-	// there is one (see campaign).
-	reuseFloor bool
-	floor      int64
-	floorRead  bool
-}
-
-// waitForExpiry waits while lease is held by another term: until the expiry
-// the backend reported (at most TTL away), a resync, or a release event (or
-// a hand-off hint naming this replica), but not sooner than heedAfter for a
-// release event. While the watcher is not listening it looks at least every
-// CampaignEvery, less up to 10% jitter. A checked hand-off event (see
-// [Event]) that confirmed a term ends the wait with that event; one that did
-// not is a fresh read of the lease, whose expiry ends the wait if it is
-// sooner (a hint never makes a candidate wait longer, nor lets its
-// registration lapse). It
-// reports whether a release event ended the wait, the confirmed hand-off if
-// one did, and whether ctx is still live.
-func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time) (hinted bool, took *Event, live bool) {
-	expiry := time.Now().Add(min(lease.Remaining(), e.spec.TTL))
-	e.setState(StateWaiting, expiry)
-	var heard bool // a release event is waiting for heedAfter
-	next := func() time.Duration {
-		d := time.Until(expiry)
-		if heard {
-			d = min(d, time.Until(heedAfter))
-		}
-		if e.ab.Events == nil || !e.ab.Events.Listening() {
-			d = min(d, e.spec.CampaignEvery-jitter(e.spec.CampaignEvery/10))
-		}
-		return d
-	}
-	timer := time.NewTimer(next())
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false, nil, false
-		case <-timer.C:
-			return heard && !time.Now().Before(heedAfter), nil, true
-		case ev := <-events:
-			// Acquire and renew events change nothing: the expiry read
-			// from the backend stands until a read says otherwise.
-			switch {
-			case ev.Kind == EventResync: // from the watcher itself, not the channel
-				return false, nil, true
-			case ev.Kind == EventReleased, ev.Kind == EventHandedOff && !ev.Checked && ev.Owner == e.opts.Owner:
-				if !time.Now().Before(heedAfter) {
-					return true, nil, true
-				}
-				heard = true
-			case ev.Kind == EventHandedOff && ev.Checked && ev.Acquired:
-				return false, &ev, true
-			case ev.Kind == EventHandedOff && ev.Checked && ev.Err == nil:
-				// A fresh read, which the watcher takes no more often
-				// than HeedEvery however many hints are forged. It may
-				// bring the next campaign forward, never put it off: only
-				// a campaign registers this replica as a candidate again,
-				// and its registration outlasts the expiry that campaign
-				// read by Margin only.
-				if !ev.Lease.Held() {
-					return true, nil, true
-				}
-				if at := ev.Sent.Add(min(ev.Lease.Remaining(), e.spec.TTL)); at.Before(expiry) {
-					expiry = at
-					e.setState(StateWaiting, expiry)
-				}
-			}
-			timer.Reset(next())
-		}
-	}
-}
-
-// drain empties events, and returns a term confirmed for this replica (see
-// [Event.Checked]) if one was among them.
-func drain(events <-chan Event) (Event, bool) {
-	var took Event
-	var ok bool
-	for {
-		select {
-		case ev := <-events:
-			if ev.keep() && !ok {
-				took, ok = ev, true
-			}
-		default:
-			return took, ok
-		}
-	}
-}
-
-// backoff is the wait after failures consecutive failed campaigns, for an
-// Elector and a Set alike: the campaign interval doubled for each failure
-// up to half the TTL, less up to 20% jitter so replicas do not retry in
-// step. The cap keeps a candidate that was backing off when the database
-// came back from sleeping past the moment a lapsed lease becomes free.
-func (s Spec) backoff(failures int) time.Duration {
-	limit := max(s.CampaignEvery, s.TTL/2)
-	d := s.CampaignEvery
-	for i := 1; i < failures && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	return d - jitter(d/5)
-}
-
-// jitter returns a random duration in [0, d].
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(rand.Int64N(int64(d) + 1))
-}
-
-// campaign reads the fence floor and tries to acquire above it. It returns
-// the lease as the backend saw it, and when the acquire was sent. The floor
-// read is bounded by TTL, so a statement lost in a network partition does
-// not stall the candidate until the connection is reset; the acquire is
-// bounded by the yield instant of the term it would start, since a term
-// answered later must not run (lead releases it at once).
-//
-// As a candidate it registers this replica until TTL + Margin from now,
-// longer than the at most TTL until its next campaign.
-//
-// With reuseFloor it sends the floor it read last instead of reading it: the
-// campaign follows one that found another term holding the lease, and is
-// most likely to find it held again (renewed), when a floor read would be a
-// wasted statement. That is safe: the floor only spares terms that Claim
-// would refuse after lost lease data, and a refused term makes the next
-// campaign read it.
-func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (Lease, time.Time, bool, error) {
-	var floor int64
-	switch {
-	case reuseFloor && e.c.floorRead:
-		floor = e.c.floor
-	case e.opts.FenceFloor != nil && e.ab.Advance:
-		var err error
-		fctx, cancel := context.WithTimeout(ctx, e.spec.TTL)
-		floor, err = e.opts.FenceFloor(fctx)
-		cancel()
-		if err != nil {
-			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
-		}
-		if err := CheckFloor(floor); err != nil {
-			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
-		}
-		e.c.floor, e.c.floorRead = floor, true
-	}
-	sent := time.Now()
-	actx, cancel := context.WithDeadline(ctx, e.spec.yieldAt(sent))
-	defer cancel()
-	// Campaign even when not registering, so that a term won records this
-	// replica's priority.
-	c := Candidate{Owner: e.opts.Owner, Priority: e.opts.Priority, Value: e.opts.Value}
-	if asCandidate {
-		c.TTL = e.spec.TTL + e.spec.Margin
-	}
-	lease, won, err := e.backend.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
-	if err != nil {
-		return Lease{}, time.Time{}, false, e.fail(err)
-	}
-	return lease, sent, won, nil
 }
 
 func (e *Elector) setState(st State, until time.Time) {

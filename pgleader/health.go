@@ -35,6 +35,21 @@ func (e *Elector) Check() error {
 	return nil
 }
 
+// Check reports whether the set is healthy: nil unless it holds keys and its
+// last successful renewal tick was sent more than RenewEvery +
+// min(CampaignEvery, RenewEvery) ago.
+func (s *Set) Check() error {
+	st := s.Status()
+	if st.Held == 0 {
+		return nil
+	}
+	if since := time.Since(st.LastRenewSent); since > s.spec.renewLate() {
+		return fmt.Errorf("%w: set %q (%d keys held) last renewed %v ago (expected every %v); last error: %v",
+			ErrRenewLate, st.Name, st.Held, since.Round(time.Millisecond), s.spec.RenewEvery, st.LastError)
+	}
+	return nil
+}
+
 // HealthHandler returns an http.Handler that answers 200 when every elector
 // passes Check and 503 otherwise, with a JSON body describing each: key,
 // owner, leading, token and the check's error.

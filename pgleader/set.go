@@ -96,18 +96,9 @@ func NewSet(backend SetBackend, spec Spec, keys []string, opts SetOptions) (*Set
 	if backend == nil {
 		return nil, invalidf("NewSet: nil backend")
 	}
-	spec, err := spec.resolve()
+	spec, log, err := replica(spec, opts.Lead, &opts.Owner, opts.Logger, backend.Abilities(), "SetOptions")
 	if err != nil {
 		return nil, err
-	}
-	if opts.Lead == nil {
-		return nil, invalidf("SetOptions.Lead is required")
-	}
-	if opts.Owner == "" {
-		opts.Owner = defaultOwner()
-	}
-	if err := CheckOwner(opts.Owner); err != nil {
-		return nil, fmt.Errorf("SetOptions.Owner: %w", err)
 	}
 	if spec.RequireFenceAdvance && opts.FenceFloors == nil {
 		return nil, invalidf("Spec.RequireFenceAdvance is set but SetOptions.FenceFloors is nil")
@@ -122,7 +113,6 @@ func NewSet(backend SetBackend, spec Spec, keys []string, opts SetOptions) (*Set
 		}
 		set[k] = struct{}{}
 	}
-	log := cmp.Or(opts.Logger, backend.Abilities().Logger, slog.Default())
 	return &Set{
 		backend: backend,
 		spec:    spec,
@@ -201,21 +191,6 @@ func (s *Set) Status() SetStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.status
-}
-
-// Check reports whether the set is healthy: nil unless it holds keys and its
-// last successful renewal tick was sent more than RenewEvery +
-// min(CampaignEvery, RenewEvery) ago.
-func (s *Set) Check() error {
-	st := s.Status()
-	if st.Held == 0 {
-		return nil
-	}
-	if since := time.Since(st.LastRenewSent); since > s.spec.renewLate() {
-		return fmt.Errorf("%w: set %q (%d keys held) last renewed %v ago (expected every %v); last error: %v",
-			ErrRenewLate, st.Name, st.Held, since.Round(time.Millisecond), s.spec.RenewEvery, st.LastError)
-	}
-	return nil
 }
 
 func (s *Set) fail(err error) {

@@ -3,6 +3,7 @@ package pgleader
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/pgleader/pgleader/internal/hook"
@@ -162,3 +163,23 @@ func (s Spec) yieldAt(sent time.Time) time.Time {
 // which it is not longer than Margin + ReleaseTimeout + YieldGrace, so such
 // a term never starts past its yield instant.
 func (s Spec) handOffKeep() time.Duration { return s.TTL - s.RenewEvery }
+
+// backoff is the wait after failures consecutive failed campaigns, for an
+// Elector and a Set alike: the campaign interval doubled for each failure
+// up to half the TTL, less up to 20% jitter so replicas do not retry in
+// step. The cap keeps a candidate that was backing off when the database
+// came back from sleeping past the moment a lapsed lease becomes free.
+func (s Spec) backoff(failures int) time.Duration {
+	limit := max(s.CampaignEvery, s.TTL/2)
+	d := s.CampaignEvery
+	for i := 1; i < failures && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	return d - jitter(d/5)
+}
+
+// jitter returns a random duration in [0, d].
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}

@@ -1,0 +1,160 @@
+package pgleader
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// candidacy is what Run remembers from one campaign to the next.
+type candidacy struct {
+	failures   int       // campaigns failed in a row
+	hinted     bool      // the last wait ended on a release event
+	waited     Lease     // the lease the last wait was for
+	heedAfter  time.Time // release events before this are not heeded at once
+	took       *Event    // a term handed to this replica, confirmed by the watcher
+	registered bool      // the last campaign registered this replica as a candidate
+	handedOff  bool      // the last term handed the lease off
+	// lastToken is the token of the last term led: the elector never
+	// leads a token at or below it.
+	lastToken int64
+	// reuseFloor: the last campaign found another live term holding the
+	// lease; floor is the last fence floor read, and floorRead whether
+	// there is one (see campaign).
+	reuseFloor bool
+	floor      int64
+	floorRead  bool
+}
+
+// waitForExpiry waits while lease is held by another term: until the expiry
+// the backend reported (at most TTL away), a resync, or a release event (or
+// a hand-off hint naming this replica), but not sooner than heedAfter for a
+// release event. While the watcher is not listening it looks at least every
+// CampaignEvery, less up to 10% jitter. A checked hand-off event (see
+// [Event]) that confirmed a term ends the wait with that event; one that did
+// not is a fresh read of the lease, whose expiry ends the wait if it is
+// sooner (a hint never makes a candidate wait longer, nor lets its
+// registration lapse). It
+// reports whether a release event ended the wait, the confirmed hand-off if
+// one did, and whether ctx is still live.
+func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time) (hinted bool, took *Event, live bool) {
+	expiry := time.Now().Add(min(lease.Remaining(), e.spec.TTL))
+	e.setState(StateWaiting, expiry)
+	var heard bool // a release event is waiting for heedAfter
+	next := func() time.Duration {
+		d := time.Until(expiry)
+		if heard {
+			d = min(d, time.Until(heedAfter))
+		}
+		if e.ab.Events == nil || !e.ab.Events.Listening() {
+			d = min(d, e.spec.CampaignEvery-jitter(e.spec.CampaignEvery/10))
+		}
+		return d
+	}
+	timer := time.NewTimer(next())
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, nil, false
+		case <-timer.C:
+			return heard && !time.Now().Before(heedAfter), nil, true
+		case ev := <-events:
+			// Acquire and renew events change nothing: the expiry read
+			// from the backend stands until a read says otherwise.
+			switch {
+			case ev.Kind == EventResync: // from the watcher itself, not the channel
+				return false, nil, true
+			case ev.Kind == EventReleased, ev.Kind == EventHandedOff && !ev.Checked && ev.Owner == e.opts.Owner:
+				if !time.Now().Before(heedAfter) {
+					return true, nil, true
+				}
+				heard = true
+			case ev.Kind == EventHandedOff && ev.Checked && ev.Acquired:
+				return false, &ev, true
+			case ev.Kind == EventHandedOff && ev.Checked && ev.Err == nil:
+				// A fresh read, which the watcher takes no more often
+				// than HeedEvery however many hints are forged. It may
+				// bring the next campaign forward, never put it off: only
+				// a campaign registers this replica as a candidate again,
+				// and its registration outlasts the expiry that campaign
+				// read by Margin only.
+				if !ev.Lease.Held() {
+					return true, nil, true
+				}
+				if at := ev.Sent.Add(min(ev.Lease.Remaining(), e.spec.TTL)); at.Before(expiry) {
+					expiry = at
+					e.setState(StateWaiting, expiry)
+				}
+			}
+			timer.Reset(next())
+		}
+	}
+}
+
+// drain empties events, and returns a term confirmed for this replica (see
+// [Event.Checked]) if one was among them.
+func drain(events <-chan Event) (Event, bool) {
+	var took Event
+	var ok bool
+	for {
+		select {
+		case ev := <-events:
+			if ev.keep() && !ok {
+				took, ok = ev, true
+			}
+		default:
+			return took, ok
+		}
+	}
+}
+
+// campaign reads the fence floor and tries to acquire above it. It returns
+// the lease as the backend saw it, and when the acquire was sent. The floor
+// read is bounded by TTL, so a statement lost in a network partition does
+// not stall the candidate until the connection is reset; the acquire is
+// bounded by the yield instant of the term it would start, since a term
+// answered later must not run (lead releases it at once).
+//
+// As a candidate it registers this replica until TTL + Margin from now,
+// longer than the at most TTL until its next campaign.
+//
+// With reuseFloor it sends the floor it read last instead of reading it: the
+// campaign follows one that found another term holding the lease, and is
+// most likely to find it held again (renewed), when a floor read would be a
+// wasted statement. That is safe: the floor only spares terms that Claim
+// would refuse after lost lease data, and a refused term makes the next
+// campaign read it.
+func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (Lease, time.Time, bool, error) {
+	var floor int64
+	switch {
+	case reuseFloor && e.c.floorRead:
+		floor = e.c.floor
+	case e.opts.FenceFloor != nil && e.ab.Advance:
+		var err error
+		fctx, cancel := context.WithTimeout(ctx, e.spec.TTL)
+		floor, err = e.opts.FenceFloor(fctx)
+		cancel()
+		if err != nil {
+			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
+		}
+		if err := CheckFloor(floor); err != nil {
+			return Lease{}, time.Time{}, false, e.fail(fmt.Errorf("pgleader: FenceFloor: %w", err))
+		}
+		e.c.floor, e.c.floorRead = floor, true
+	}
+	sent := time.Now()
+	actx, cancel := context.WithDeadline(ctx, e.spec.yieldAt(sent))
+	defer cancel()
+	// Campaign even when not registering, so that a term won records this
+	// replica's priority.
+	c := Candidate{Owner: e.opts.Owner, Priority: e.opts.Priority, Value: e.opts.Value}
+	if asCandidate {
+		c.TTL = e.spec.TTL + e.spec.Margin
+	}
+	lease, won, err := e.backend.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
+	if err != nil {
+		return Lease{}, time.Time{}, false, e.fail(err)
+	}
+	return lease, sent, won, nil
+}
