@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// candidacy is what Run remembers from one campaign to the next.
+// candidacy is what Run remembers from one campaign to the next; of it,
+// only the last token led and the last floor read outlast a Run.
 type candidacy struct {
 	failures   int       // campaigns failed in a row
 	hinted     bool      // the last wait ended on a release event

@@ -294,6 +294,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	defer func() { unwatch() }()
 
 	c := &e.c
+	*c = candidacy{lastToken: c.lastToken, floor: c.floor, floorRead: c.floorRead} // a Run starts afresh but for these
 	defer func() {
 		if c.registered {
 			e.withdraw(ctx)
