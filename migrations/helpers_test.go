@@ -69,22 +69,6 @@ func backendPID(t *testing.T, conn *pgx.Conn) int32 {
 	return pid
 }
 
-// mutate takes a defence out of db's schema for a control: it replaces, in
-// the definition of function fn (a regprocedure), the one occurrence of old
-// with new, and creates the function again. A control shows that the test
-// beside it would fail on a schema without what it guards.
-func mutate(t *testing.T, db *pgtest.DB, fn, old, new string) {
-	t.Helper()
-	var def string
-	if err := db.Pool.QueryRow(context.Background(), `SELECT pg_get_functiondef($1::regprocedure)`, fn).Scan(&def); err != nil {
-		t.Fatalf("definition of %s: %v", fn, err)
-	}
-	if n := strings.Count(def, old); n != 1 {
-		t.Fatalf("mutate %s: %q occurs %d times in its definition; want once:\n%s", fn, old, n, def)
-	}
-	mustExec(t, db.Pool, strings.Replace(def, old, new, 1))
-}
-
 // waitLockWait polls until backend pid waits for a lock.
 func waitLockWait(t *testing.T, db *pgxpool.Pool, pid int32) {
 	t.Helper()

@@ -547,14 +547,14 @@ var (
 	// releaseWithoutRoleCheck: release ends any term whose holder and token
 	// it is given, whoever calls.
 	releaseWithoutRoleCheck = hostileControl{"release_without_role_check", func(t *testing.T, e *hostileEnv) {
-		mutate(t, e.db, "pgleader.release(text, text, bigint)",
+		pgtest.Mutate(t, e.db.Pool, "pgleader.release(text, text, bigint)",
 			"\n       AND (l.role = c OR pgleader._own(l.role, false));", ";")
 	}}
 	// blockingAdvisoryLock: a lease operation waits for the settings'
 	// advisory lock, shared, instead of reading the settings row FOR SHARE
 	// when another session holds the lock.
 	blockingAdvisoryLock = hostileControl{"blocking_advisory_lock", func(t *testing.T, e *hostileEnv) {
-		mutate(t, e.db, "pgleader._grace()",
+		pgtest.Mutate(t, e.db.Pool, "pgleader._grace()",
 			"IF pg_try_advisory_xact_lock_shared(k.classid, k.objid)\n       AND current_setting",
 			"PERFORM pg_advisory_xact_lock_shared(k.classid, k.objid);\n    IF current_setting")
 	}}

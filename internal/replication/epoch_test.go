@@ -39,7 +39,7 @@ func TestLateWriteAfterFailover(t *testing.T) {
 	for _, db := range dbs {
 		exec1(t, dbURL(primary.Addr(), "postgres"), "CREATE DATABASE "+db)
 		url := dbURL(primary.Addr(), db)
-		if err := migrations.ToURL(ctx, url, migrations.Latest); err != nil {
+		if err := migrations.UpURL(ctx, url); err != nil {
 			t.Fatal(err)
 		}
 		exec1(t, url, `SELECT pgleader.set_max_ttl($1::interval)`, maxTTL)
