@@ -42,7 +42,7 @@ demo: ## Tell the recipe's story against PostgreSQL (examples/handover; finds a 
 	@GO="$(GO)" ./scripts/demo.sh
 
 .PHONY: bench
-bench: ## Measure handover, failover, database load, fenced-write and SECURITY DEFINER cost; prints a table (docs/benchmarks.md).
+bench: ## Measure handover, failover, database load, fenced-write and sets cost; prints a table (docs/benchmarks.md).
 	$(GO) run ./cmd/pgleader-bench $(BENCHFLAGS)
 
 .PHONY: model
