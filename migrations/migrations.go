@@ -43,7 +43,7 @@ import (
 const HistoryTable = "pgleader_schema_migrations"
 
 // Latest is the newest schema version this module ships and expects.
-const Latest uint = 13
+const Latest uint = 1
 
 //go:embed *.sql
 var files embed.FS

@@ -407,7 +407,7 @@ func checkEpochs(t *testing.T, model string) {
 		all += string(b)
 	}
 	for _, want := range []string{
-		"ALTER TABLE pgleader.lease ALTER COLUMN token SET DEFAULT pgleader._epoch_base();",
+		"token        bigint      NOT NULL DEFAULT pgleader._epoch_base(),",
 		"CREATE TRIGGER lease_draw BEFORE UPDATE OF token ON pgleader.lease",
 	} {
 		if !strings.Contains(all, want) {

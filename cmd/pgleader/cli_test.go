@@ -151,33 +151,36 @@ func testMigrate(t *testing.T, bin string) {
 	}
 }
 
-// testMigrateTo migrates an empty database to each version, up and down:
-// down only with --yes, and a refused step changes nothing.
+// testMigrateTo migrates an empty database to the version this pgleader
+// ships, and back with down: down only with --yes, a version out of range
+// refused, and a refused step changes nothing.
 func testMigrateTo(t *testing.T, bin string) {
 	db := pgtest.NewEmpty(t)
 	env := []string{"DATABASE_URL=" + db.URL}
+	latest := fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)
 	for _, step := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"migrate", "to", "2"}, fmt.Sprintf("schema version 2 (this pgleader ships %d)\n", migrations.Latest)},
-		{[]string{"migrate", "to", "2"}, fmt.Sprintf("schema version 2 (this pgleader ships %d)\n", migrations.Latest)},
-		{[]string{"migrate", "to", "4"}, fmt.Sprintf("schema version 4 (this pgleader ships %d)\n", migrations.Latest)},
-		{[]string{"migrate", "--yes", "to", "1"}, fmt.Sprintf("schema version 1 (this pgleader ships %d)\n", migrations.Latest)},
-		{[]string{"migrate", "up"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)},
+		{[]string{"migrate", "to", fmt.Sprint(migrations.Latest)}, latest},
+		{[]string{"migrate", "to", fmt.Sprint(migrations.Latest)}, latest},
+		{[]string{"migrate", "--yes", "down"}, fmt.Sprintf("schema version 0 (this pgleader ships %d)\n", migrations.Latest)},
+		{[]string{"migrate", "to", "1"}, fmt.Sprintf("schema version 1 (this pgleader ships %d)\n", migrations.Latest)},
+		{[]string{"migrate", "up"}, latest},
 	} {
 		code, stdout, stderr := runCLI(t, bin, env, step.args...)
 		if code != 0 || stdout != step.want {
 			t.Fatalf("pgleader %q: status %d, stdout %q, stderr:\n%s\nwant 0 and %q", step.args, code, stdout, stderr, step.want)
 		}
 	}
-	code, _, stderr := runCLI(t, bin, env, "migrate", "to", "3")
-	if want := fmt.Sprintf("to 3 reverts versions 4 to %d and drops", migrations.Latest); code != 2 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "add --yes") {
-		t.Fatalf("migrate to 3 from %d without --yes: status %d, stderr:\n%s\nwant 2 and a request for --yes", migrations.Latest, code, stderr)
+	for _, bad := range []string{"0", fmt.Sprint(migrations.Latest + 1)} {
+		code, _, stderr := runCLI(t, bin, env, "migrate", "to", bad)
+		if want := fmt.Sprintf("VERSION must be a whole number from 1 to %d", migrations.Latest); code != 2 || !strings.Contains(stderr, want) {
+			t.Fatalf("migrate to %s: status %d, stderr:\n%s\nwant 2 and %q", bad, code, stderr, want)
+		}
 	}
-	want := fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)
-	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != want {
-		t.Fatalf("after a refused migrate to 3: status %d, %q; want %q", code, stdout, want)
+	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != latest {
+		t.Fatalf("after the refused steps: status %d, %q; want %q", code, stdout, latest)
 	}
 }
 
