@@ -2,6 +2,8 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"slices"
 	"strconv"
@@ -287,4 +289,61 @@ func shipped(t *testing.T) []uint {
 	}
 	slices.Sort(vs)
 	return vs
+}
+
+// TestUnreleasedVersionRefused: a database a development build left at one
+// of the squashed versions 2 to 13 is refused by Up, To and Down with an
+// error that says so and how to recover, not golang-migrate's "no migration
+// found for version 13"; following it recovers. A version newer than
+// Latest is refused as such.
+func TestUnreleasedVersionRefused(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ctx := context.Background()
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	record := func(v uint) {
+		t.Helper()
+		mustExec(t, db.Pool, `UPDATE `+migrations.HistoryTable+` SET version = $1`, v)
+		mustVersion(t, db.Pool, v)
+	}
+	ops := map[string]func() error{
+		"Up":   func() error { return migrations.Up(ctx, db.Pool) },
+		"To":   func() error { return migrations.To(ctx, db.Pool, 1) },
+		"Down": func() error { return migrations.Down(ctx, db.Pool) },
+	}
+	for _, v := range []uint{2, 13} {
+		record(v)
+		for name, op := range ops {
+			err := op()
+			if !errors.Is(err, migrations.ErrUnreleasedSchema) {
+				t.Fatalf("%s at version %d: %v; want ErrUnreleasedSchema", name, v, err)
+			}
+			for _, want := range []string{"unreleased development version", fmt.Sprintf("schema version %d", v),
+				"DROP SCHEMA pgleader CASCADE; DROP TABLE " + migrations.HistoryTable, "grant_usage"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%s at version %d: %q lacks %q", name, v, err, want)
+				}
+			}
+			mustVersion(t, db.Pool, v) // refused: nothing changed
+		}
+	}
+
+	record(migrations.Latest + 13) // past the squashed range: a newer release's
+	for name, op := range ops {
+		err := op()
+		if err == nil || errors.Is(err, migrations.ErrUnreleasedSchema) || !strings.Contains(err.Error(), "newer than this pgleader ships") {
+			t.Errorf("%s at version %d: %v; want a newer-version error", name, migrations.Latest+13, err)
+		}
+	}
+
+	// The recovery the error gives.
+	record(13)
+	mustExec(t, db.Pool, `DROP SCHEMA pgleader CASCADE`)
+	mustExec(t, db.Pool, `DROP TABLE `+migrations.HistoryTable)
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatalf("Up after the recovery: %v", err)
+	}
+	mustVersion(t, db.Pool, migrations.Latest)
 }

@@ -33,6 +33,7 @@ func TestCLI(t *testing.T) {
 		{"Usage", testUsage},
 		{"Migrate", testMigrate},
 		{"MigrateTo", testMigrateTo},
+		{"MigrateUnreleased", testMigrateUnreleased},
 		{"MigrateConcurrently", testMigrateConcurrently},
 		{"StatusAndAdvance", testStatusAndAdvance},
 		{"AdvanceRange", testAdvanceRange},
@@ -181,6 +182,29 @@ func testMigrateTo(t *testing.T, bin string) {
 	}
 	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != latest {
 		t.Fatalf("after the refused steps: status %d, %q; want %q", code, stdout, latest)
+	}
+}
+
+// testMigrateUnreleased: on a database a development build left at one of
+// the squashed versions, every migrate action fails (status 1) saying so
+// and how to recover; version still prints the version.
+func testMigrateUnreleased(t *testing.T, bin string) {
+	db := pgtest.NewEmpty(t)
+	env := []string{"DATABASE_URL=" + db.URL}
+	if code, _, stderr := runCLI(t, bin, env, "migrate", "up"); code != 0 {
+		t.Fatalf("migrate up: status %d, stderr:\n%s", code, stderr)
+	}
+	if _, err := db.Pool.Exec(context.Background(), `UPDATE `+migrations.HistoryTable+` SET version = 13`); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "to", "1"}, {"migrate", "--yes", "down"}, {"migrate", "version"}} {
+		code, stdout, stderr := runCLI(t, bin, env, args...)
+		if code != 1 || !strings.Contains(stderr, "unreleased development version") || !strings.Contains(stderr, "DROP SCHEMA pgleader CASCADE") {
+			t.Errorf("pgleader %q at version 13: status %d, stderr:\n%s\nwant 1 and how to recover", args, code, stderr)
+		}
+		if args[1] == "version" && stdout != fmt.Sprintf("schema version 13 (this pgleader ships %d)\n", migrations.Latest) {
+			t.Errorf("pgleader %q at version 13: stdout %q", args, stdout)
+		}
 	}
 }
 
