@@ -43,6 +43,13 @@ import (
 const HistoryTable = "pgleader_schema_migrations"
 
 // Latest is the newest schema version this module ships and expects.
+//
+// The migrations are append-only: a change to the schema is a new
+// migration (the next is 0014_…, see below), never an edit of one that
+// shipped, since a database migrated by a release never runs an edited
+// file again. Each new migration also regenerates schema.sql, the catalog
+// the migrations build (make schema); TestSchemaSnapshot fails until it
+// does, and the file's diff is the change to review.
 const Latest uint = 1
 
 // Versions 2 to 13 were development versions, squashed into version 1
@@ -79,7 +86,7 @@ func CheckVersion(version uint) error {
 	return nil
 }
 
-//go:embed *.sql
+//go:embed *.up.sql *.down.sql
 var files embed.FS
 
 // FS returns the embedded migration files, named as golang-migrate expects
