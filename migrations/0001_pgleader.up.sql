@@ -5,7 +5,8 @@
 -- The file reads top to bottom: the tables, then the functions grouped by
 -- purpose (argument checks; who calls; settings, the failover grace and
 -- token epochs; terms; hand-off; sets; fences; privileges). Each function
--- says what it does; docs/sql.md says how to call them.
+-- says what it does; docs/sql.md says how to call them, and
+-- migrations/schema.sql is the catalog this file builds.
 --
 -- Rules every function keeps:
 -- * Every expiry decision reads clock_timestamp(), the database clock when
@@ -15,6 +16,9 @@
 --   no input can exhaust it (floors and fence tokens stop at 2^62 - 1).
 -- * Bad arguments raise 22023 and change nothing; every function pins its
 --   search_path, so a caller's search_path cannot change what it calls.
+-- * When a lease changes hands, the row's term columns come from _term and
+--   nowhere else: a new term carries nothing of the one before it, a freed
+--   lease nothing of any.
 -- * A new term starts only after the row is locked FOR UPDATE: that lock
 --   conflicts with the FOR KEY SHARE a lease-guarded transaction holds, so
 --   no new term begins while a guarded write of the old one is open.
@@ -125,7 +129,8 @@ $$;
 -- expires_at, value (published with the term, at most 1024 bytes),
 -- priority (the candidate priority it was won with), handed_off (a term
 -- handed to its holder and not yet confirmed), resign_token (the term was
--- asked to end) and transfer_to (the candidate it should hand off to). A
+-- asked to end) and transfer_to (the candidate it should hand off to);
+-- whenever the lease changes hands they are set together, by _term. A
 -- lease whose expires_at has passed is free, whatever holder says.
 --
 -- role is the role the key belongs to: the first role that won a term of
@@ -598,6 +603,7 @@ SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
     e bigint;
     base bigint;
+    t timestamptz;
 BEGIN
     -- The new epoch must not be lost by a crash after tokens of it were
     -- handed out: flush this commit even where synchronous_commit = off.
@@ -616,24 +622,27 @@ BEGIN
         RETURN e;
     END IF;
     base := e << 40;
+    t := clock_timestamp();
+    -- A lease a live term holds keeps its token (its holder renews it) and
+    -- records token_min for its next draw. Every other lease is free: its
+    -- counter moves up, and the row says it is free, as advance does, so it
+    -- never shows its old holder with a token it never drew.
+    WITH b AS (
+        SELECT x.key,
+               x.holder IS NOT NULL AND x.expires_at > t AS held,
+               CASE WHEN greatest(x.token, coalesce(x.token_min, 0)) < base THEN base
+                    WHEN greatest(x.token, coalesce(x.token_min, 0)) > 9223372036854775807 - 1099511627776 THEN 9223372036854775807
+                    ELSE greatest(x.token, coalesce(x.token_min, 0)) + 1099511627776 END AS next
+          FROM pgleader.lease AS x
+    ), kept AS (
+        UPDATE pgleader.lease AS l SET token_min = b.next FROM b WHERE l.key = b.key AND b.held
+    )
     UPDATE pgleader.lease AS l
-       SET token = CASE WHEN b.held THEN l.token ELSE b.next END,
-           token_min = CASE WHEN b.held THEN b.next END,
-           -- A lease that is not held is free: say so, as advance does, so
-           -- the row never shows its old holder with a token it never drew.
-           holder = CASE WHEN b.held THEN l.holder END,
-           acquired_at = CASE WHEN b.held THEN l.acquired_at END,
-           renewed_at = CASE WHEN b.held THEN l.renewed_at END,
-           expires_at = CASE WHEN b.held THEN l.expires_at END,
-           value = CASE WHEN b.held THEN l.value END,
-           resign_token = CASE WHEN b.held THEN l.resign_token END
-      FROM (SELECT x.key,
-                   x.holder IS NOT NULL AND x.expires_at > clock_timestamp() AS held,
-                   CASE WHEN greatest(x.token, coalesce(x.token_min, 0)) < base THEN base
-                        WHEN greatest(x.token, coalesce(x.token_min, 0)) > 9223372036854775807 - 1099511627776 THEN 9223372036854775807
-                        ELSE greatest(x.token, coalesce(x.token_min, 0)) + 1099511627776 END AS next
-              FROM pgleader.lease AS x) AS b
-     WHERE l.key = b.key;
+       SET token = b.next,
+           (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
+      FROM b
+     WHERE l.key = b.key AND NOT b.held;
     RETURN e;
 END
 $$;
@@ -785,6 +794,35 @@ $$;
 -- Terms: acquire, renew, release, advance, resign, read.
 ------------------------------------------------------------------------------
 
+-- _term is the rule for a lease row when the lease changes hands, in one
+-- place: every function that gives a key a new term or frees it sets the
+-- row's term columns to what _term returns, and to nothing else. A new term
+-- (p_holder given) starts at p_at, expires at p_expires_at, and has only
+-- what it was won or handed off with: p_value, p_priority, p_handed_off
+-- (true for a hand-off not yet confirmed); no resignation request, no
+-- transfer target. A freed lease (p_holder NULL) has no term at all: every
+-- column empty, priority 0, handed_off false. The key's own columns (key,
+-- token, token_min, role) are the caller's to set. Called with constant
+-- arguments as an uncorrelated subquery, it runs once per statement, however
+-- many rows the statement changes.
+CREATE FUNCTION pgleader._term(p_holder text DEFAULT NULL, p_at timestamptz DEFAULT NULL,
+                               p_expires_at timestamptz DEFAULT NULL, p_value text DEFAULT NULL,
+                               p_priority integer DEFAULT 0, p_handed_off boolean DEFAULT false)
+RETURNS TABLE (holder text, acquired_at timestamptz, renewed_at timestamptz, expires_at timestamptz,
+               value text, priority integer, handed_off boolean, resign_token bigint, transfer_to text)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+    SELECT p_holder,
+           CASE WHEN p_holder IS NOT NULL THEN p_at END,
+           CASE WHEN p_holder IS NOT NULL THEN p_at END,
+           CASE WHEN p_holder IS NOT NULL THEN p_expires_at END,
+           CASE WHEN p_holder IS NOT NULL THEN p_value END,
+           CASE WHEN p_holder IS NOT NULL THEN p_priority ELSE 0 END,
+           p_holder IS NOT NULL AND p_handed_off,
+           NULL::bigint,
+           NULL::text
+$$;
+
 -- _lock_row returns p_key's lease row, created if missing, locked FOR
 -- UPDATE. A row deleted while this waited for its lock is created again, a
 -- few times at most, so the caller never decides on a row that is gone.
@@ -878,10 +916,9 @@ BEGIN
     END IF;
 
     UPDATE pgleader.lease AS l
-       SET holder = p_owner, token = greatest(l.token, p_floor) + 1,
-           acquired_at = t, renewed_at = t, expires_at = t + p_ttl,
-           value = p_value, resign_token = NULL, priority = p_priority, handed_off = false, transfer_to = NULL,
-           role = coalesce(l.role, pgleader._caller())
+       SET token = greatest(l.token, p_floor) + 1, role = coalesce(l.role, pgleader._caller()),
+           (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term(p_owner, t, t + p_ttl, p_value, p_priority))
      WHERE l.key = p_key
     RETURNING l.token, l.expires_at INTO r.token, r.expires_at;
     DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND (c.owner = p_owner OR c.expires_at <= t);
@@ -1004,8 +1041,8 @@ BEGIN
     PERFORM pgleader._check_args(p_key, p_owner, NULL, true, false);
 
     UPDATE pgleader.lease AS l
-       SET holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL,
-           value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
        AND (l.role = c OR pgleader._own(l.role, false));
     IF FOUND THEN
@@ -1048,8 +1085,8 @@ BEGIN
 
     UPDATE pgleader.lease AS l
        SET token = greatest(l.token, p_floor),
-           holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL,
-           value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
+           (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
      WHERE l.key = p_key
     RETURNING l.token INTO r.token;
     RETURN QUERY SELECT true, r.token;
@@ -1345,10 +1382,9 @@ BEGIN
          FOR UPDATE;
         IF FOUND THEN
             UPDATE pgleader.lease AS l
-               SET holder = c.owner, token = l.token + 1,
-                   acquired_at = t, renewed_at = t, expires_at = least(c.expires_at, t + g.max_ttl),
-                   value = c.value, priority = c.priority, resign_token = NULL,
-                   handed_off = true, transfer_to = NULL
+               SET token = l.token + 1,
+                   (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+                     = (SELECT * FROM pgleader._term(c.owner, t, least(c.expires_at, t + g.max_ttl), c.value, c.priority, true))
              WHERE l.key = p_key
             RETURNING l.token INTO r.token;
             DELETE FROM pgleader.candidate AS k
@@ -1359,8 +1395,8 @@ BEGIN
     END IF;
 
     UPDATE pgleader.lease AS l
-       SET holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL,
-           value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
      WHERE l.key = p_key;
     DELETE FROM pgleader.candidate AS k WHERE k.key = p_key AND (k.owner = p_owner OR k.expires_at <= t);
     RETURN QUERY SELECT true, NULL::text, r.token;
@@ -1546,10 +1582,9 @@ BEGIN
            FOR UPDATE OF l SKIP LOCKED
     ), won AS (
         UPDATE pgleader.lease AS l
-           SET holder = p_owner, token = greatest(l.token, k.f) + 1,
-               acquired_at = t, renewed_at = t, expires_at = t + p_ttl,
-               value = NULL, priority = 0, handed_off = false, transfer_to = NULL, resign_token = NULL,
-               role = coalesce(l.role, c)
+           SET token = greatest(l.token, k.f) + 1, role = coalesce(l.role, c),
+               (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+                 = (SELECT * FROM pgleader._term(p_owner, t, t + p_ttl))
           FROM locked AS k
          WHERE l.key = k.key AND (l.holder IS NULL OR l.expires_at <= t)
         RETURNING l.key, l.token, l.expires_at
@@ -1608,8 +1643,8 @@ BEGIN
 
     RETURN QUERY
     UPDATE pgleader.lease AS l
-       SET holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL,
-           value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
       FROM unnest(p_keys, p_tokens) AS u(k, tok)
      WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
        AND (l.role = c OR pgleader._own(l.role, false))

@@ -895,8 +895,9 @@ func (e *hostileEnv) hostileValues() map[string][]*string {
 			s("{" + hostileKey + "," + victimKey + "}"), s("{" + hostileKey + "}"), s("{\"a\x00b\"}")},
 		"bigint[]": {nil, s("{}"), s("{NULL}"), s("{0}"), s("{-1}"), s("{9223372036854775807}"), s("{4611686018427387903}"),
 			s("{" + tok + "}"), s("{" + tok + "," + stok + "}"), s("{{" + tok + "}}")},
-		"name":     {nil, s(""), s(e.h), s(e.v), s("postgres"), s("pg_database_owner"), s(strings.Repeat("n", 64))},
-		"regclass": {nil, s("pgleader.lease"), s("pgleader.fence"), s("pgleader.settings")},
+		"name":                     {nil, s(""), s(e.h), s(e.v), s("postgres"), s("pg_database_owner"), s(strings.Repeat("n", 64))},
+		"regclass":                 {nil, s("pgleader.lease"), s("pgleader.fence"), s("pgleader.settings")},
+		"timestamp with time zone": {nil, s("-infinity"), s("infinity"), s("2000-01-01 00:00:00+00")},
 	}
 }
 
@@ -923,6 +924,7 @@ func (e *hostileEnv) hostileBase(name, typ string) (*string, bool) {
 	byType := map[string]*string{
 		"text": s(victimKey), "bigint": s(tok), "integer": s("0"), "interval": s("1 minute"), "boolean": s("true"),
 		"text[]": s("{" + victimKey + "}"), "bigint[]": s("{" + tok + "}"), "name": s(e.h), "regclass": s("pgleader.lease"),
+		"timestamp with time zone": s("2000-01-01 00:00:00+00"),
 	}
 	v, ok := byType[typ]
 	return v, ok

@@ -319,6 +319,7 @@ AS $function$
 DECLARE
     e bigint;
     base bigint;
+    t timestamptz;
 BEGIN
     -- The new epoch must not be lost by a crash after tokens of it were
     -- handed out: flush this commit even where synchronous_commit = off.
@@ -337,24 +338,27 @@ BEGIN
         RETURN e;
     END IF;
     base := e << 40;
+    t := clock_timestamp();
+    -- A lease a live term holds keeps its token (its holder renews it) and
+    -- records token_min for its next draw. Every other lease is free: its
+    -- counter moves up, and the row says it is free, as advance does, so it
+    -- never shows its old holder with a token it never drew.
+    WITH b AS (
+        SELECT x.key,
+               x.holder IS NOT NULL AND x.expires_at > t AS held,
+               CASE WHEN greatest(x.token, coalesce(x.token_min, 0)) < base THEN base
+                    WHEN greatest(x.token, coalesce(x.token_min, 0)) > 9223372036854775807 - 1099511627776 THEN 9223372036854775807
+                    ELSE greatest(x.token, coalesce(x.token_min, 0)) + 1099511627776 END AS next
+          FROM pgleader.lease AS x
+    ), kept AS (
+        UPDATE pgleader.lease AS l SET token_min = b.next FROM b WHERE l.key = b.key AND b.held
+    )
     UPDATE pgleader.lease AS l
-       SET token = CASE WHEN b.held THEN l.token ELSE b.next END,
-           token_min = CASE WHEN b.held THEN b.next END,
-           -- A lease that is not held is free: say so, as advance does, so
-           -- the row never shows its old holder with a token it never drew.
-           holder = CASE WHEN b.held THEN l.holder END,
-           acquired_at = CASE WHEN b.held THEN l.acquired_at END,
-           renewed_at = CASE WHEN b.held THEN l.renewed_at END,
-           expires_at = CASE WHEN b.held THEN l.expires_at END,
-           value = CASE WHEN b.held THEN l.value END,
-           resign_token = CASE WHEN b.held THEN l.resign_token END
-      FROM (SELECT x.key,
-                   x.holder IS NOT NULL AND x.expires_at > clock_timestamp() AS held,
-                   CASE WHEN greatest(x.token, coalesce(x.token_min, 0)) < base THEN base
-                        WHEN greatest(x.token, coalesce(x.token_min, 0)) > 9223372036854775807 - 1099511627776 THEN 9223372036854775807
-                        ELSE greatest(x.token, coalesce(x.token_min, 0)) + 1099511627776 END AS next
-              FROM pgleader.lease AS x) AS b
-     WHERE l.key = b.key;
+       SET token = b.next,
+           (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
+      FROM b
+     WHERE l.key = b.key AND NOT b.held;
     RETURN e;
 END
 $function$;
@@ -628,6 +632,24 @@ AS $function$
     SELECT 1885826148, 1
 $function$;
 
+-- function pgleader._term(text,timestamp with time zone,timestamp with time zone,text,integer,boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader._term(p_holder text DEFAULT NULL::text, p_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_value text DEFAULT NULL::text, p_priority integer DEFAULT 0, p_handed_off boolean DEFAULT false)
+ RETURNS TABLE(holder text, acquired_at timestamp with time zone, renewed_at timestamp with time zone, expires_at timestamp with time zone, value text, priority integer, handed_off boolean, resign_token bigint, transfer_to text)
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT p_holder,
+           CASE WHEN p_holder IS NOT NULL THEN p_at END,
+           CASE WHEN p_holder IS NOT NULL THEN p_at END,
+           CASE WHEN p_holder IS NOT NULL THEN p_expires_at END,
+           CASE WHEN p_holder IS NOT NULL THEN p_value END,
+           CASE WHEN p_holder IS NOT NULL THEN p_priority ELSE 0 END,
+           p_holder IS NOT NULL AND p_handed_off,
+           NULL::bigint,
+           NULL::text
+$function$;
+
 -- function pgleader.acquire(text,text,interval,bigint,text); grants: none
 CREATE OR REPLACE FUNCTION pgleader.acquire(p_key text, p_owner text, p_ttl interval, p_floor bigint DEFAULT 0, p_value text DEFAULT NULL::text)
  RETURNS TABLE(acquired boolean, holder text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone, value text)
@@ -701,10 +723,9 @@ BEGIN
            FOR UPDATE OF l SKIP LOCKED
     ), won AS (
         UPDATE pgleader.lease AS l
-           SET holder = p_owner, token = greatest(l.token, k.f) + 1,
-               acquired_at = t, renewed_at = t, expires_at = t + p_ttl,
-               value = NULL, priority = 0, handed_off = false, transfer_to = NULL, resign_token = NULL,
-               role = coalesce(l.role, c)
+           SET token = greatest(l.token, k.f) + 1, role = coalesce(l.role, c),
+               (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+                 = (SELECT * FROM pgleader._term(p_owner, t, t + p_ttl))
           FROM locked AS k
          WHERE l.key = k.key AND (l.holder IS NULL OR l.expires_at <= t)
         RETURNING l.key, l.token, l.expires_at
@@ -740,8 +761,8 @@ BEGIN
 
     UPDATE pgleader.lease AS l
        SET token = greatest(l.token, p_floor),
-           holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL,
-           value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
+           (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
      WHERE l.key = p_key
     RETURNING l.token INTO r.token;
     RETURN QUERY SELECT true, r.token;
@@ -804,10 +825,9 @@ BEGIN
     END IF;
 
     UPDATE pgleader.lease AS l
-       SET holder = p_owner, token = greatest(l.token, p_floor) + 1,
-           acquired_at = t, renewed_at = t, expires_at = t + p_ttl,
-           value = p_value, resign_token = NULL, priority = p_priority, handed_off = false, transfer_to = NULL,
-           role = coalesce(l.role, pgleader._caller())
+       SET token = greatest(l.token, p_floor) + 1, role = coalesce(l.role, pgleader._caller()),
+           (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term(p_owner, t, t + p_ttl, p_value, p_priority))
      WHERE l.key = p_key
     RETURNING l.token, l.expires_at INTO r.token, r.expires_at;
     DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND (c.owner = p_owner OR c.expires_at <= t);
@@ -1012,10 +1032,9 @@ BEGIN
          FOR UPDATE;
         IF FOUND THEN
             UPDATE pgleader.lease AS l
-               SET holder = c.owner, token = l.token + 1,
-                   acquired_at = t, renewed_at = t, expires_at = least(c.expires_at, t + g.max_ttl),
-                   value = c.value, priority = c.priority, resign_token = NULL,
-                   handed_off = true, transfer_to = NULL
+               SET token = l.token + 1,
+                   (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+                     = (SELECT * FROM pgleader._term(c.owner, t, least(c.expires_at, t + g.max_ttl), c.value, c.priority, true))
              WHERE l.key = p_key
             RETURNING l.token INTO r.token;
             DELETE FROM pgleader.candidate AS k
@@ -1026,8 +1045,8 @@ BEGIN
     END IF;
 
     UPDATE pgleader.lease AS l
-       SET holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL,
-           value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
      WHERE l.key = p_key;
     DELETE FROM pgleader.candidate AS k WHERE k.key = p_key AND (k.owner = p_owner OR k.expires_at <= t);
     RETURN QUERY SELECT true, NULL::text, r.token;
@@ -1240,8 +1259,8 @@ BEGIN
     PERFORM pgleader._check_args(p_key, p_owner, NULL, true, false);
 
     UPDATE pgleader.lease AS l
-       SET holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL,
-           value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
        AND (l.role = c OR pgleader._own(l.role, false));
     IF FOUND THEN
@@ -1268,8 +1287,8 @@ BEGIN
 
     RETURN QUERY
     UPDATE pgleader.lease AS l
-       SET holder = NULL, acquired_at = NULL, renewed_at = NULL, expires_at = NULL,
-           value = NULL, resign_token = NULL, handed_off = false, transfer_to = NULL
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
       FROM unnest(p_keys, p_tokens) AS u(k, tok)
      WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
        AND (l.role = c OR pgleader._own(l.role, false))
