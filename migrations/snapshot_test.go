@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -57,6 +58,41 @@ func TestSchemaSnapshot(t *testing.T) {
 		t.Errorf("the migrated schema differs from %s (- %s, + the database). If the change is meant, regenerate it with "+
 			"make schema (go test ./migrations -run '^TestSchemaSnapshot$' -update) and commit it with the migration:\n%s",
 			snapshotFile, snapshotFile, d)
+	}
+}
+
+// TestSQLDocCoversTheSchema: docs/sql.md documents the functions of
+// schema.sql, all of them (an application's as pgleader.name(…), the
+// internal helpers by name), and names no SQL function schema.sql lacks.
+func TestSQLDocCoversTheSchema(t *testing.T) {
+	snapshot, err := os.ReadFile(snapshotFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../docs/sql.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	functions := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^-- function pgleader\.(\w+)\(`).FindAllStringSubmatch(string(snapshot), -1) {
+		functions[m[1]] = true
+	}
+	if len(functions) < 50 {
+		t.Fatalf("%s lists %d functions; the schema has more", snapshotFile, len(functions))
+	}
+	for name := range functions {
+		want := "pgleader." + name + "("
+		if strings.HasPrefix(name, "_") {
+			want = "`" + name + "`"
+		}
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("docs/sql.md does not document %s (%s)", name, want)
+		}
+	}
+	for _, m := range regexp.MustCompile(`pgleader\.([a-z_]+)\(`).FindAllStringSubmatch(string(doc), -1) {
+		if !functions[m[1]] {
+			t.Errorf("docs/sql.md names pgleader.%s(, which %s does not list", m[1], snapshotFile)
+		}
 	}
 }
 
