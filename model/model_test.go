@@ -564,7 +564,7 @@ func TestHandOffMatchesGo(t *testing.T) {
 			"r[i].req = R_HOFF; r[i].reqArg = r[i].repTok; dbExec(i);",
 			// With a failover (issue 24): hand_off releases in the grace,
 			// and campaign and take confirm a handed-off row only outside
-			// it (migration 0011); every lease call but release notices.
+			// it; every lease call but release notices.
 			"#define HOFF_GRACE_OK (!INGRACE)",
 			":: holder == i + 1 && ltoken == r[i].reqArg && r[i ^ 1].cexp > now && !INGRACE ->",
 			":: r[i].req == R_ACQ || r[i].req == R_RENEW || r[i].req == R_HOFF -> GRACE_NOTICE",

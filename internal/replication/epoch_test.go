@@ -13,7 +13,7 @@ import (
 )
 
 // TestLateWriteAfterFailover is the model's trail for the token epochs
-// (migrations/0008, docs/model-checking.md), on a real primary P and
+// (pgleader._epoch_bump, docs/model-checking.md), on a real primary P and
 // asynchronous standby S, with the store in the same database (the fence
 // resource "digest", sqlfence's guard row).
 //
