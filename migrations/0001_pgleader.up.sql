@@ -120,10 +120,11 @@ $$;
 
 -- The lease: one row per key. token is the key's counter: while a term
 -- holds the lease it is that term's token; while the lease is free it is
--- the last token issued. It only grows (the trigger lease_draw checks every
--- draw), so it survives release and expiry; a row created after a failover
--- starts at the epoch's base. token_min, when set, is a floor the key's next
--- draw must exceed (a term held across a failover keeps its token).
+-- the last token issued. It only grows, so it survives release and expiry;
+-- every draw passes the trigger lease_draw (the token epochs), and a row
+-- created after a failover starts at the epoch's base. token_min, when set,
+-- is a floor the key's next draw must exceed (a term held across a failover
+-- keeps its token).
 --
 -- The term's columns: holder (NULL when free), acquired_at, renewed_at,
 -- expires_at, value (published with the term, at most 1024 bytes),
