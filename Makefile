@@ -25,6 +25,10 @@ test: ## Vet, then run every test of both modules under the race detector (finds
 test-versions: ## Run the PostgreSQL-facing tests on a throwaway server of each major in VERSIONS (13-18).
 	@GO="$(GO)" VERSIONS="$(VERSIONS)" ./scripts/test-versions.sh
 
+.PHONY: schema
+schema: ## Regenerate migrations/schema.sql, the catalog the migrations build (after changing a migration).
+	$(GO) run ./internal/embedpg/withpg -if-needed -- $(GO) test -count=1 -run '^TestSchemaSnapshot$$' ./migrations -update
+
 .PHONY: compose-test
 compose-test: ## Run docker-compose.yml, stop the leading publisher, check the takeover (needs Docker; see README).
 	@GO="$(GO)" ./scripts/compose-test.sh
@@ -42,7 +46,7 @@ demo: ## Tell the recipe's story against PostgreSQL (examples/handover; finds a 
 	@GO="$(GO)" ./scripts/demo.sh
 
 .PHONY: bench
-bench: ## Measure handover, failover, database load, fenced-write and SECURITY DEFINER cost; prints a table (docs/benchmarks.md).
+bench: ## Measure handover, failover, database load, fenced-write and sets cost; prints a table (docs/benchmarks.md).
 	$(GO) run ./cmd/pgleader-bench $(BENCHFLAGS)
 
 .PHONY: model

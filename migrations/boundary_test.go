@@ -2,22 +2,21 @@ package migrations_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgleader/pgleader/migrations"
-
 	"github.com/pgleader/pgleader/internal/pgtest"
 )
 
 // TestSettingsSerializedWhenTheAdvisoryLockIsTaken: any role that can
-// connect can take the settings' advisory lock. From version 13 a lease
-// operation that finds it held exclusively does not wait for it (else such
-// a session would stall every lease operation): it reads the settings row
-// FOR SHARE instead. The setters' serialization must still hold: here an
+// connect can take the settings' advisory lock. A lease operation that
+// finds it held exclusively does not wait for it (else such a session
+// would stall every lease operation): it reads the settings row FOR SHARE
+// instead. The setters' serialization must still hold: here an
 // acquire with a 60 s TTL runs while a hostile session holds the advisory
 // lock, its transaction stays open, the hostile session lets go, and a
 // setter lowering max_ttl to 2 s must wait for that transaction (it tries
@@ -75,43 +74,47 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	return c
 }
 
-// TestUpgradeTakesBackTablePrivileges: a role granted on version 12 (SELECT,
-// INSERT, UPDATE on the tables, EXECUTE on every function) keeps, after
-// the upgrade to 13, exactly what grant_usage grants now: no privilege on
-// any table, EXECUTE on the application's functions and on nothing else.
-func TestUpgradeTakesBackTablePrivileges(t *testing.T) {
+// TestGrantUsageTakesBackMore: grant_usage leaves a role exactly what an
+// application needs, whatever it had before in the schema: here the
+// owner first gives it what grant_usage used to give (SELECT, INSERT,
+// UPDATE on the tables, EXECUTE on every function, _epoch_bump
+// included), and after grant_usage the role has no privilege on any table,
+// EXECUTE on the application's functions and on nothing else.
+func TestGrantUsageTakesBackMore(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewEmpty(t)
+	db := pgtest.New(t)
 	ctx := context.Background()
-	if err := migrations.To(ctx, db.Pool, 12); err != nil {
-		t.Fatal(err)
+	role, _ := db.NewRole(t, "")
+	r := pgx.Identifier{role}.Sanitize()
+	mustExec(t, db.Pool, `GRANT USAGE ON SCHEMA pgleader TO `+r)
+	mustExec(t, db.Pool, `GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA pgleader TO `+r)
+	mustExec(t, db.Pool, `GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgleader TO `+r)
+	wrong := func() []string {
+		t.Helper()
+		rows, err := db.Pool.Query(ctx, `
+			SELECT c.relname || ' ' || p.priv
+			  FROM pg_class AS c, unnest(ARRAY['SELECT','INSERT','UPDATE','DELETE','TRUNCATE','REFERENCES','TRIGGER']) AS p(priv)
+			 WHERE c.relnamespace = 'pgleader'::regnamespace AND c.relkind = 'r' AND has_table_privilege($1, c.oid, p.priv)
+			UNION ALL
+			SELECT 'EXECUTE ' || f.oid::regprocedure::text
+			  FROM pg_proc AS f
+			 WHERE f.pronamespace = 'pgleader'::regnamespace
+			   AND has_function_privilege($1, f.oid, 'EXECUTE') <> (f.oid IN (SELECT * FROM pgleader._app_functions()))`, role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
 	}
-	role, _ := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
-	var before bool
-	if err := db.Pool.QueryRow(ctx, `SELECT has_table_privilege($1, 'pgleader.lease', 'UPDATE')`, role).Scan(&before); err != nil || !before {
-		t.Fatalf("on version 12 the granted role may not update pgleader.lease (%v, %v); the test needs it to", before, err)
+	if before := wrong(); !slices.Contains(before, "lease UPDATE") || !slices.Contains(before, "EXECUTE pgleader._epoch_bump()") {
+		t.Fatalf("before grant_usage the role has, or lacks, %v; the test needs it to update pgleader.lease and execute _epoch_bump", before)
 	}
-	if err := migrations.Up(ctx, db.Pool); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := db.Pool.Query(ctx, `
-		SELECT c.relname || ' ' || p.priv
-		  FROM pg_class AS c, unnest(ARRAY['SELECT','INSERT','UPDATE','DELETE','TRUNCATE','REFERENCES','TRIGGER']) AS p(priv)
-		 WHERE c.relnamespace = 'pgleader'::regnamespace AND c.relkind = 'r' AND has_table_privilege($1, c.oid, p.priv)
-		UNION ALL
-		SELECT 'EXECUTE ' || f.oid::regprocedure::text
-		  FROM pg_proc AS f
-		 WHERE f.pronamespace = 'pgleader'::regnamespace
-		   AND has_function_privilege($1, f.oid, 'EXECUTE') <> (f.oid IN (SELECT * FROM pgleader._app_functions()))`, role)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrong, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(wrong) > 0 {
-		t.Fatalf("after the upgrade the role granted on version 12 has, or lacks, %v", wrong)
+	mustExec(t, db.Pool, `SELECT pgleader.grant_usage($1)`, role)
+	if after := wrong(); len(after) > 0 {
+		t.Fatalf("after grant_usage the role has, or lacks, %v", after)
 	}
 	var apps int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader._app_functions() AS f WHERE has_function_privilege($1, f, 'EXECUTE')`, role).Scan(&apps); err != nil || apps < 30 {

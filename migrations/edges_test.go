@@ -401,8 +401,8 @@ func TestAppRoleGrants(t *testing.T) {
 		}
 	}
 
-	// From version 13 the functions are the only door: no privilege on any
-	// table, sets included.
+	// The functions are the only door: no privilege on any table, sets
+	// included.
 	for _, table := range []string{"lease", "fence", "candidate", "set_member", "settings", "server_epoch", "steerer"} {
 		for _, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"} {
 			var ok bool
@@ -418,23 +418,4 @@ func TestAppRoleGrants(t *testing.T) {
 	wantCode(t, "grant_usage by the app role", err, "42501", "permission denied")
 	_, err = db.Pool.Exec(ctx, `SELECT pgleader.grant_usage('no_such_role_pgleader')`)
 	wantCode(t, "grant_usage to no role", err, "42704", "no_such_role_pgleader")
-}
-
-// TestDownRestoresVersion2 checks that reverting migration 3 gives exactly
-// the schema that migrating to version 2 gives.
-func TestDownRestoresVersion2(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	fresh := pgtest.NewEmpty(t)
-	if err := migrations.To(ctx, fresh.Pool, 2); err != nil {
-		t.Fatal(err)
-	}
-	want := catalog(t, fresh.Pool)
-	db := pgtest.New(t)
-	if err := migrations.To(ctx, db.Pool, 2); err != nil {
-		t.Fatal(err)
-	}
-	if got := catalog(t, db.Pool); got != want {
-		t.Fatalf("version 2 by reverting differs from version 2 by migrating:\nwant:\n%s\ngot:\n%s", want, got)
-	}
 }

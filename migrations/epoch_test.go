@@ -12,7 +12,7 @@ import (
 	"github.com/pgleader/pgleader/internal/pgtest"
 )
 
-// epochSpan is the number of tokens of one epoch (migrations/0008).
+// epochSpan is the number of tokens of one epoch (pgleader._epoch_bump).
 const epochSpan = int64(1) << 40
 
 func epoch(t *testing.T, db *pgtest.DB) int64 {

@@ -8,8 +8,8 @@ import (
 )
 
 // TestRenewalsStayOnTheirPage: a renewal of many keys writes each new row
-// version on the page of the old one (a heap-only update, version 9's
-// fillfactor), leaving lease_pkey alone. With the default fillfactor the
+// version on the page of the old one (a heap-only update, the lease
+// table's fillfactor), leaving lease_pkey alone. With the default fillfactor the
 // pages are full and almost none is.
 func TestRenewalsStayOnTheirPage(t *testing.T) {
 	t.Parallel()
@@ -18,7 +18,7 @@ func TestRenewalsStayOnTheirPage(t *testing.T) {
 	const n = 2000
 	// Rows written once, as a plain INSERT: a renewal of them needs no
 	// pruning of older versions, only the room the fillfactor left. Each
-	// belongs to a role, as every row an acquire wrote from version 13 on.
+	// belongs to a role, as every row an acquire writes.
 	if _, err := db.Pool.Exec(ctx, `
 		INSERT INTO pgleader.lease (key, holder, token, acquired_at, renewed_at, expires_at, role)
 		SELECT 'k-' || i, 'o', 1, now(), now(), now() + interval '1 minute', current_user FROM generate_series(1, $1) AS i`, n); err != nil {

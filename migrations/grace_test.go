@@ -82,7 +82,7 @@ func TestGraceGrantsNoNewTerm(t *testing.T) {
 	mustExec(t, db.Pool, `SELECT pgleader.release('k', 'a', $1)`, first.token)
 	forgetEpoch(t, db)
 
-	// The notice also moved the counter to epoch 1's base (version 8).
+	// The notice also moved the counter to epoch 1's base (the token epochs).
 	r := acquire(t, db.Pool, "k", "b", "1 second")
 	if r.acquired || r.holder != "pgleader.grace" || r.token != 1<<40 {
 		t.Fatalf("acquire in grace = %+v; want refused, holder pgleader.grace, token %d", r, int64(1<<40))

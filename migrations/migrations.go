@@ -43,9 +43,50 @@ import (
 const HistoryTable = "pgleader_schema_migrations"
 
 // Latest is the newest schema version this module ships and expects.
-const Latest uint = 13
+//
+// The migrations are append-only: a change to the schema is a new
+// migration (the next is 0014_…, see below), never an edit of one that
+// shipped, since a database migrated by a release never runs an edited
+// file again. Each new migration also regenerates schema.sql, the catalog
+// the migrations build (make schema); TestSchemaSnapshot fails until it
+// does, and the file's diff is the change to review.
+const Latest uint = 1
 
-//go:embed *.sql
+// Versions 2 to 13 were development versions, squashed into version 1
+// before the first release. No release ships them, and the next migration
+// is numbered 14, so a database recorded at one of them is always told
+// apart from a released version: [CheckVersion] refuses it.
+const (
+	firstUnreleased uint = 2
+	lastUnreleased  uint = 13
+)
+
+// ErrUnreleasedSchema is matched (errors.Is) by the error of [Up], [Down]
+// and [To], and of [CheckVersion], for a database whose history records a
+// schema version that only an unreleased development build of pgleader
+// wrote (2 to 13). No release can migrate it; the error says how to drop it
+// and migrate again (docs/migrating.md, "A schema from a development
+// build").
+var ErrUnreleasedSchema = errors.New("the pgleader schema was written by an unreleased development version of pgleader")
+
+// CheckVersion reports whether this module can migrate a database at
+// version (as [Version] reports it; 0 for none): nil for 0 to [Latest], an
+// error matching [ErrUnreleasedSchema] for a development version, and an
+// error naming the version for one newer than [Latest].
+func CheckVersion(version uint) error {
+	switch {
+	case version >= firstUnreleased && version <= lastUnreleased:
+		return fmt.Errorf("%w (schema version %d: versions %d to %d were squashed into version 1 before the first release, and none can be migrated); "+
+			"to recover, drop it and migrate again, which deletes every lease, token counter and fence in it: "+
+			"DROP SCHEMA pgleader CASCADE; DROP TABLE %s; then migrate up, and run grant_usage for each application role and install each fence trigger again",
+			ErrUnreleasedSchema, version, firstUnreleased, lastUnreleased, HistoryTable)
+	case version > Latest:
+		return fmt.Errorf("the pgleader schema is at version %d, newer than this pgleader ships (%d): migrate with a pgleader that ships version %d or later", version, Latest, version)
+	}
+	return nil
+}
+
+//go:embed *.up.sql *.down.sql
 var files embed.FS
 
 // FS returns the embedded migration files, named as golang-migrate expects
@@ -56,9 +97,13 @@ func FS() embed.FS { return files }
 // [Latest] is left as it is and is not an error, even for a role that may
 // only use the schema (see the grants in docs/migrating.md). On a database
 // without pgleader's schema it refuses a schema "pgleader" that another role
-// owns.
+// owns. A database at a version this module cannot migrate is refused as
+// [CheckVersion] says.
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	return run(ctx, pool, func(m *migrate.Migrate) error {
+		if err := checkVersion(m); err != nil {
+			return err
+		}
 		if err := checkSchemaOwner(ctx, pool, m); err != nil {
 			return err
 		}
@@ -67,23 +112,45 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // Down reverts every pgleader migration, dropping the schema "pgleader" and
-// every lease and fence in it. The history table stays, at no version.
+// every lease and fence in it. The history table stays, at no version. A
+// database at a version this module cannot migrate is refused as
+// [CheckVersion] says.
 func Down(ctx context.Context, pool *pgxpool.Pool) error {
-	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Down() })
+	return run(ctx, pool, func(m *migrate.Migrate) error {
+		if err := checkVersion(m); err != nil {
+			return err
+		}
+		return m.Down()
+	})
 }
 
 // To migrates up or down to version, which must be between 1 and [Latest];
-// use [Down] for none.
+// use [Down] for none. A database at a version this module cannot migrate
+// is refused as [CheckVersion] says.
 func To(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	if version < 1 || version > Latest {
 		return fmt.Errorf("pgleader/migrations: version %d out of range 1..%d (use Down to revert all)", version, Latest)
 	}
 	return run(ctx, pool, func(m *migrate.Migrate) error {
+		if err := checkVersion(m); err != nil {
+			return err
+		}
 		if err := checkSchemaOwner(ctx, pool, m); err != nil {
 			return err
 		}
 		return m.Migrate(version)
 	})
+}
+
+// checkVersion is [CheckVersion] of m's database: without it golang-migrate
+// fails on a version the embedded files lack with "no migration found for
+// version N", which says neither why nor what to do.
+func checkVersion(m *migrate.Migrate) error {
+	v, _, err := m.Version()
+	if err != nil {
+		return nil // no version yet (or unreadable: m reports it)
+	}
+	return CheckVersion(v)
 }
 
 // checkSchemaOwner refuses, before the first migration is recorded, a schema

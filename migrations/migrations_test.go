@@ -2,6 +2,8 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"slices"
 	"strconv"
@@ -22,58 +24,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// catalog describes every object in the schema pgleader, so two states of
-// the schema can be compared.
-func catalog(t *testing.T, pool *pgxpool.Pool) string {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), `
-		SELECT 'class ' || c.relkind::text || ' ' || c.relname
-		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgleader'
-		UNION ALL
-		SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
-		       || ' notnull=' || a.attnotnull || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
-		  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
-		  JOIN pg_namespace n ON n.oid = c.relnamespace
-		  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-		 WHERE n.nspname = 'pgleader' AND a.attnum > 0 AND NOT a.attisdropped
-		UNION ALL
-		SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(co.oid)
-		  FROM pg_constraint co JOIN pg_namespace n ON n.oid = co.connamespace WHERE n.nspname = 'pgleader'
-		UNION ALL
-		SELECT 'index ' || pg_get_indexdef(i.indexrelid)
-		  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgleader'
-		UNION ALL
-		SELECT 'function ' || pg_get_functiondef(p.oid)
-		  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'pgleader'
-		UNION ALL
-		SELECT 'trigger ' || pg_get_triggerdef(tg.oid)
-		  FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid
-		  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgleader' AND NOT tg.tgisinternal
-		UNION ALL
-		SELECT 'comment ' || obj_description(c.oid, 'pg_class')
-		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		 WHERE n.nspname = 'pgleader' AND obj_description(c.oid, 'pg_class') IS NOT NULL
-		ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString(s)
-		b.WriteByte('\n')
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
-}
-
 func mustVersion(t *testing.T, pool *pgxpool.Pool, want uint) {
 	t.Helper()
 	v, dirty, err := migrations.Version(context.Background(), pool)
@@ -93,7 +43,7 @@ func TestUpDownUpLeavesTheSameSchema(t *testing.T) {
 	}
 	mustVersion(t, db.Pool, migrations.Latest)
 	first := catalog(t, db.Pool)
-	if !strings.Contains(first, "class r lease") || !strings.Contains(first, "FUNCTION pgleader.acquire") {
+	if !strings.Contains(first, "-- table pgleader.lease") || !strings.Contains(first, "FUNCTION pgleader.acquire(") {
 		t.Fatalf("catalog after up lacks the lease table or acquire:\n%s", first)
 	}
 	if err := migrations.Up(ctx, db.Pool); err != nil { // already there: no error
@@ -287,4 +237,84 @@ func shipped(t *testing.T) []uint {
 	}
 	slices.Sort(vs)
 	return vs
+}
+
+// TestUnreleasedVersionRefused: a database a development build left at one
+// of the squashed versions 2 to 13 is refused by Up, To and Down with an
+// error that says so and how to recover, not golang-migrate's "no migration
+// found for version 13"; following it recovers. A version newer than
+// Latest is refused as such.
+func TestUnreleasedVersionRefused(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ctx := context.Background()
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	record := func(v uint) {
+		t.Helper()
+		mustExec(t, db.Pool, `UPDATE `+migrations.HistoryTable+` SET version = $1`, v)
+		mustVersion(t, db.Pool, v)
+	}
+	ops := map[string]func() error{
+		"Up":   func() error { return migrations.Up(ctx, db.Pool) },
+		"To":   func() error { return migrations.To(ctx, db.Pool, 1) },
+		"Down": func() error { return migrations.Down(ctx, db.Pool) },
+	}
+	for _, v := range []uint{2, 13} {
+		record(v)
+		for name, op := range ops {
+			err := op()
+			if !errors.Is(err, migrations.ErrUnreleasedSchema) {
+				t.Fatalf("%s at version %d: %v; want ErrUnreleasedSchema", name, v, err)
+			}
+			for _, want := range []string{"unreleased development version", fmt.Sprintf("schema version %d", v),
+				"DROP SCHEMA pgleader CASCADE; DROP TABLE " + migrations.HistoryTable, "grant_usage"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%s at version %d: %q lacks %q", name, v, err, want)
+				}
+			}
+			mustVersion(t, db.Pool, v) // refused: nothing changed
+		}
+	}
+
+	record(migrations.Latest + 13) // past the squashed range: a newer release's
+	for name, op := range ops {
+		err := op()
+		if err == nil || errors.Is(err, migrations.ErrUnreleasedSchema) || !strings.Contains(err.Error(), "newer than this pgleader ships") {
+			t.Errorf("%s at version %d: %v; want a newer-version error", name, migrations.Latest+13, err)
+		}
+	}
+
+	// The recovery the error gives.
+	record(13)
+	mustExec(t, db.Pool, `DROP SCHEMA pgleader CASCADE`)
+	mustExec(t, db.Pool, `DROP TABLE `+migrations.HistoryTable)
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatalf("Up after the recovery: %v", err)
+	}
+	mustVersion(t, db.Pool, migrations.Latest)
+}
+
+// TestNumbering: the versions squashed into 1 stay unused, so that
+// CheckVersion can tell a development build's database from a released
+// one; Latest is the highest version shipped, and every version has a down
+// migration.
+func TestNumbering(t *testing.T) {
+	vs := shipped(t)
+	for _, v := range vs {
+		if v >= 2 && v <= 13 {
+			t.Errorf("a migration is numbered %d: versions 2 to 13 are a development build's; number it 14 or more", v)
+		}
+		if err := migrations.CheckVersion(v); err != nil {
+			t.Errorf("CheckVersion(%d) of a shipped version: %v", v, err)
+		}
+		name, err := fs.Glob(migrations.FS(), fmt.Sprintf("%04d_*.down.sql", v))
+		if err != nil || len(name) != 1 {
+			t.Errorf("version %d has %d down migrations (%v); want 1", v, len(name), err)
+		}
+	}
+	if vs[len(vs)-1] != migrations.Latest {
+		t.Errorf("the highest migration is %d; Latest is %d", vs[len(vs)-1], migrations.Latest)
+	}
 }

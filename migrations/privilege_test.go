@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
-	"github.com/pgleader/pgleader/migrations"
 )
 
 // TestEpochBumpOwnerOnly: an application role, granted what grant_usage
@@ -46,36 +45,5 @@ func TestEpochBumpOwnerOnly(t *testing.T) {
 	}
 	if e := epoch(t, db); e != 1 {
 		t.Fatalf("epoch after the application role's notice = %d; want 1", e)
-	}
-}
-
-// TestEpochBumpRevokedOnUpgrade: a role granted on version 11, when
-// grant_usage gave EXECUTE on every function, loses it on _epoch_bump by
-// the upgrade.
-func TestEpochBumpRevokedOnUpgrade(t *testing.T) {
-	t.Parallel()
-	db := pgtest.NewEmpty(t)
-	ctx := context.Background()
-	if err := migrations.To(ctx, db.Pool, 11); err != nil {
-		t.Fatal(err)
-	}
-	role := createRole(t, db)
-	mustExec(t, db.Pool, `SELECT pgleader.grant_usage($1)`, role)
-	may := func() bool {
-		t.Helper()
-		var ok bool
-		if err := db.Pool.QueryRow(ctx, `SELECT has_function_privilege($1, 'pgleader._epoch_bump()', 'EXECUTE')`, role).Scan(&ok); err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	}
-	if !may() {
-		t.Fatal("on version 11 the granted role cannot execute _epoch_bump; the test needs it to")
-	}
-	if err := migrations.Up(ctx, db.Pool); err != nil {
-		t.Fatal(err)
-	}
-	if may() {
-		t.Fatal("after the upgrade the granted role may still execute _epoch_bump")
 	}
 }

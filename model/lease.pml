@@ -15,15 +15,15 @@
  *
  * With -DFAILOVER the database fails over once (or crash-recovers) to a
  * copy of its rows taken at an earlier instant, and the new server's grace
- * (migrations/0004_grace.up.sql) applies.
+ * (pgleader._grace in migrations/0001_pgleader.up.sql) applies.
  *
- * With -DHANDOFF (migrations/0006_handoff.up.sql) a waiting candidate
- * registers through its campaign, a term that finishes hands the lease to
- * the live candidate in one step, and the successor leads only after a
- * take the database answers; hints (real, lost, late or forged) may come
- * at any time. A take that finds at least KEEP left answers from a read
- * (migrations/0010_confirm.up.sql): the term's first bound is the
- * hand-off's expiry, and its first renewal confirms it.
+ * With -DHANDOFF (campaign, hand_off and take in the same file) a waiting
+ * candidate registers through its campaign, a term that finishes hands the
+ * lease to the live candidate in one step, and the successor leads only
+ * after a take the database answers; hints (real, lost, late or forged) may
+ * come at any time. A take that finds at least KEEP left answers from a
+ * read (take with p_keep): the term's first bound is the hand-off's expiry,
+ * and its first renewal confirms it.
  */
 #include "spec.pml"
 
@@ -122,7 +122,7 @@
 #else
 #define RESTARTED(i) 0
 #endif
-#ifdef MUTANT_HANDOFF_GRACE_CONFIRM /* before migration 0011: take and campaign confirm a handed-off row in the grace */
+#ifdef MUTANT_HANDOFF_GRACE_CONFIRM /* without the grace rule: take and campaign confirm a handed-off row in the grace */
 #if !defined(HANDOFF) || !defined(FAILOVER)
 #error "MUTANT_HANDOFF_GRACE_CONFIRM needs HANDOFF and FAILOVER"
 #endif
@@ -144,7 +144,7 @@
 #define MARGIN 0
 #endif
 
-/* ---- failover (design rule 5, migrations/0004_grace.up.sql) ---- */
+/* ---- failover (design rule 5, pgleader._grace) ---- */
 #if MAX_TTL < TTL
 #error "acquire and renew refuse a TTL above max_ttl"
 #endif
@@ -167,7 +167,7 @@
 #else                          /* the store is elsewhere and keeps its rows */
 #define REDRAWN(t) 0
 #endif
-/* Token epochs (migrations/0008_epoch.up.sql): the server that notices it
+/* Token epochs (pgleader._epoch_bump): the server that notices it
  * is new raises every key's counter to the next epoch's base, above every
  * token the old server could draw (a key draws fewer than a span per
  * epoch). Abstractly: after the notice every draw is above EPOCH_BASE, and
@@ -194,7 +194,7 @@
 #define GRACE_OFFSET MAX_CLOCK_OFFSET
 #endif
 /* campaign and take confirm a term handed to the caller only outside the
- * grace (migration 0011): every handed-off row seen in the grace was
+ * grace: every handed-off row seen in the grace was
  * written by the old server, and may be one that lost rows superseded. */
 #ifdef MUTANT_HANDOFF_GRACE_CONFIRM
 #define HOFF_GRACE_OK (!INGRACE || expires > now + GRACE_OFFSET)
@@ -435,7 +435,7 @@ unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 #define GRACE_NOTICE skip
 #endif
 
-/* ---- the database runs replica i's statement (migrations/0001_lease.up.sql) ---- */
+/* ---- the database runs replica i's statement (migrations/0001_pgleader.up.sql) ---- */
 inline dbExec(i) {
 	if
 	:: r[i].req == R_ACQ || r[i].req == R_RENEW || r[i].req == R_HOFF -> GRACE_NOTICE

@@ -324,12 +324,12 @@ func lastDefinition(t *testing.T, name string) (body, file string) {
 func TestGraceMatchesMigration(t *testing.T) {
 	for _, c := range []struct{ fn, want string }{
 		{"pgleader._grace(", "VALUES (clock_timestamp(), clock_timestamp() + max_ttl)"},
-		// From version 6, acquire is campaign without a candidate row.
+		// acquire is campaign without a candidate row.
 		{"pgleader.acquire(", "FROM pgleader.campaign(p_key, p_owner, p_ttl, p_floor, p_value, 0, NULL)"},
 		{"pgleader.campaign(", "IF (r.holder IS NOT NULL AND r.expires_at > t) OR t < g.grace_until THEN"},
 		{"pgleader.campaign(", "IF r.holder IS NOT NULL AND r.expires_at > t THEN"},
 		{"pgleader.campaign(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
-		// From version 5, renew is renew_term's expiry; the Go client calls renew_term.
+		// renew is renew_term's expiry; the Go client calls renew_term.
 		{"pgleader.renew(", "pgleader.renew_term(p_key, p_owner, p_token, p_ttl)"},
 		{"pgleader.renew_term(", "AND (t >= g.grace_until OR l.expires_at > t + g.max_clock_offset)"},
 		{"pgleader.renew_term(", "PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);"},
@@ -407,7 +407,7 @@ func checkEpochs(t *testing.T, model string) {
 		all += string(b)
 	}
 	for _, want := range []string{
-		"ALTER TABLE pgleader.lease ALTER COLUMN token SET DEFAULT pgleader._epoch_base();",
+		"token        bigint      NOT NULL DEFAULT pgleader._epoch_base(),",
 		"CREATE TRIGGER lease_draw BEFORE UPDATE OF token ON pgleader.lease",
 	} {
 		if !strings.Contains(all, want) {
@@ -480,7 +480,7 @@ func (c *candBackend) Candidates(ctx context.Context, key string) ([]pgleader.Ca
 func (c *candBackend) Withdraw(ctx context.Context, key, owner string) error { return nil }
 
 // TestHandOffMatchesGo: the hand-off lease.pml models (-DHANDOFF) is the
-// one migrations/0006 and 0010 and the Go loop implement. A listening
+// one the migrations (campaign, take, hand_off) and the Go loop implement. A listening
 // candidate registers for CAND_TTL (TTL + Margin), which the default
 // max_ttl does not cap; hand_off draws token + 1 and takes the candidate's
 // expiry as the first bound; take finds only a handed-off unexpired term of
@@ -535,10 +535,10 @@ func TestHandOffMatchesGo(t *testing.T) {
 		{"pgleader.renew_term(", "SET renewed_at = t, expires_at = t + p_ttl, handed_off = false"},
 		{"pgleader.hand_off(", "WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR UPDATE;"},
 		{"pgleader.hand_off(", "WHERE k.key = p_key AND k.owner <> p_owner AND k.expires_at > t"},
-		{"pgleader.hand_off(", "SET holder = c.owner, token = l.token + 1,"},
+		{"pgleader.hand_off(", "SET token = l.token + 1,"},
 		{"pgleader.hand_off(", "IF t >= g.grace_until AND r.token < 9223372036854775807 THEN"},
-		{"pgleader.hand_off(", "expires_at = least(c.expires_at, t + g.max_ttl)"},
-		{"pgleader.hand_off(", "handed_off = true, transfer_to = NULL"},
+		{"pgleader.hand_off(", "pgleader._term(c.owner, t, least(c.expires_at, t + g.max_ttl), c.value, c.priority, true)"},
+		{"pgleader._term(", "p_holder IS NOT NULL AND p_handed_off,"},
 	} {
 		body, file := lastDefinition(t, c.fn)
 		if !strings.Contains(body, c.want) {
@@ -570,7 +570,7 @@ func TestHandOffMatchesGo(t *testing.T) {
 			"r[i].req = R_HOFF; r[i].reqArg = r[i].repTok; dbExec(i);",
 			// With a failover (issue 24): hand_off releases in the grace,
 			// and campaign and take confirm a handed-off row only outside
-			// it (migration 0011); every lease call but release notices.
+			// it; every lease call but release notices.
 			"#define HOFF_GRACE_OK (!INGRACE)",
 			":: holder == i + 1 && ltoken == r[i].reqArg && r[i ^ 1].cexp > now && !INGRACE ->",
 			":: r[i].req == R_ACQ || r[i].req == R_RENEW || r[i].req == R_HOFF -> GRACE_NOTICE",

@@ -28,7 +28,7 @@
 #define YIELD_AT   (CANCEL_AT - YIELD_GRACE)
 
 /*
- * The failover grace (migrations/0004_grace.up.sql), in ticks. MAX_TTL is
+ * The failover grace (pgleader._grace), in ticks. MAX_TTL is
  * pgleader.settings.max_ttl set as docs/ha.md advises, to the longest TTL
  * in use: here the one TTL (set_max_ttl('6 seconds')). MAX_CLOCK_OFFSET is
  * max_clock_offset set to one tick (set_max_clock_offset('500 ms')); the
@@ -38,7 +38,7 @@
 #define MAX_CLOCK_OFFSET 1
 
 /*
- * Hand-off (migrations/0006_handoff.up.sql): a waiting candidate registers
+ * Hand-off (pgleader.campaign, hand_off): a waiting candidate registers
  * until CAND_TTL from its campaign (Candidate.TTL = TTL + Margin in
  * Elector.campaign).
  */
@@ -46,7 +46,7 @@
 
 /*
  * A handed-off term with at least KEEP left is believed on the check's
- * read (migrations/0010_confirm.up.sql; Spec.handOffKeep in Go): TTL less
+ * read (pgleader.take with p_keep; Spec.handOffKeep in Go): TTL less
  * RenewEvery.
  */
 #define KEEP             (TTL - RENEW_EVERY)

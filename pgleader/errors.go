@@ -40,7 +40,7 @@ var (
 
 	// ErrForbidden is matched when PostgreSQL refused an operation to the
 	// connection's role (SQLSTATE 42501): the key belongs to another role
-	// (a key is the role's that first acquired it, schema version 13), or
+	// (a key is the role's that first acquired it), or
 	// the role was not granted the use of pgleader (pgleader grant ROLE).
 	// The error carries the server's message, which names the key's role.
 	ErrForbidden = errors.New("pgleader: forbidden to this role")

@@ -14,7 +14,7 @@ import (
 )
 
 // TestAnotherRolesKeyIsForbidden: a key belongs to the role that first
-// acquired it (schema version 13). The Postgres backend of a service under
+// acquired it. The Postgres backend of a service under
 // another role gets an error matching ErrForbidden, naming the key's role,
 // from every operation on it, and Do returns it without running the body.
 func TestAnotherRolesKeyIsForbidden(t *testing.T) {

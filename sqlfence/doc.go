@@ -4,9 +4,8 @@
 // A term's token (from package pgleader, or any issuer of strictly
 // increasing tokens) goes with each write, and PostgreSQL refuses a token
 // lower than one it has already seen. The package knows nothing about
-// elections; it needs pgleader's schema (package migrations, version 2 or
-// later) for the guard table, the SQL functions and, for strength 3, the
-// lease table.
+// elections; it needs pgleader's schema (package migrations) for the guard
+// table, the SQL functions and, for strength 3, the lease table.
 //
 // # Quick start
 //
@@ -70,8 +69,8 @@
 // one; it matches [ErrFenced]. A failed lease guard matches
 // [ErrLeaseNotHeld], a missing [Column] row [ErrNotFound], bad input
 // [ErrInvalid] (checked before any statement runs), a database without the
-// schema [ErrNotMigrated], a resource or key of another role (schema version
-// 13) [ErrForbidden].
+// schema [ErrNotMigrated], a resource or key of another role
+// [ErrForbidden].
 //
 // Refusals of strengths 2 and 3, and of the trigger, are raised by
 // PostgreSQL (SQLSTATE [CodeFenced] and [CodeLeaseNotHeld]), so the

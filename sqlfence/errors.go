@@ -44,14 +44,13 @@ var (
 
 	// ErrForbidden is matched when PostgreSQL refused the call to the
 	// connection's role (SQLSTATE 42501): the resource or key belongs to
-	// another role (from schema version 13 a fence resource is the role's
-	// that first claimed or wrote it, a key the role's that first acquired
-	// it), or the role was not granted the use of pgleader. The PostgreSQL
+	// another role (a fence resource is the role's that first claimed or
+	// wrote it, a key the role's that first acquired it), or the role was not granted the use of pgleader. The PostgreSQL
 	// error, which names the owning role, is wrapped too.
 	ErrForbidden = errors.New("sqlfence: forbidden to this role")
 
 	// ErrNotMigrated is matched when the database lacks the pgleader schema
-	// at version 2 or later, which holds the guard table and functions.
+	// (or the guard table or functions in it).
 	ErrNotMigrated = errors.New("sqlfence: the pgleader schema is missing or outdated; " +
 		"apply it with 'pgleader migrate up' (cmd/pgleader) or migrations.Up(ctx, pool) from github.com/pgleader/pgleader/migrations")
 )

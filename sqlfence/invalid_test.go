@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
-	"github.com/pgleader/pgleader/migrations"
 	"github.com/pgleader/pgleader/sqlfence"
 )
 
@@ -114,17 +113,15 @@ func TestBadInputSQL(t *testing.T) {
 	}
 }
 
-// TestNotMigrated: without the schema, or at version 1, the guard and lease
-// operations say how to migrate.
+// TestNotMigrated: without the schema, or with a schema pgleader that lacks
+// the functions, the guard and lease operations say how to migrate.
 func TestNotMigrated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	empty := pgtest.NewEmpty(t)
-	v1 := pgtest.NewEmpty(t)
-	if err := migrations.To(ctx, v1.Pool, 1); err != nil {
-		t.Fatal(err)
-	}
-	for name, db := range map[string]*pgtest.DB{"empty": empty, "version 1": v1} {
+	bare := pgtest.NewEmpty(t)
+	mustExec(t, bare.Pool, `CREATE SCHEMA pgleader`)
+	for name, db := range map[string]*pgtest.DB{"empty": empty, "an empty schema pgleader": bare} {
 		mustExec(t, db.Pool, `CREATE TABLE digests (name text PRIMARY KEY, fence bigint)`)
 		g := sqlfence.Guard{Resource: "r"}
 		calls := map[string]error{

@@ -18,10 +18,10 @@ import (
 // are not checked.
 //
 // It calls pgleader.install_fence_trigger, is idempotent, and returns the
-// trigger's name ("pgleader_fence_" and the column). Reverting migration 2
-// drops the trigger. table is {"table"} or {"schema", "table"}; an unknown
-// table or column, or a column that is not smallint, integer or bigint, is
-// an error matching [ErrInvalid].
+// trigger's name ("pgleader_fence_" and the column). Reverting the
+// migrations (migrations.Down) drops the trigger. table is {"table"} or
+// {"schema", "table"}; an unknown table or column, or a column that is not
+// smallint, integer or bigint, is an error matching [ErrInvalid].
 func InstallTrigger(ctx context.Context, db Querier, table pgx.Identifier, column string) (trigger string, err error) {
 	if err := checkTable(table); err != nil {
 		return "", err

@@ -1,11 +1,10 @@
 // Command pgleader-bench measures pgleader against a local PostgreSQL and
 // prints a table: graceful handover with and without NOTIFY, crash failover,
 // the statements idle candidates and leaders issue, the cost of fenced
-// writes, and what schema version 13's SECURITY DEFINER functions cost
-// against version 12. It creates scratch databases (and, for the last, two
-// application roles), drops them at the end, and touches nothing else.
+// writes, and the cost of sets. It creates scratch databases, drops them at
+// the end, and touches nothing else.
 //
-//	go run ./cmd/pgleader-bench [-handovers 50] [-failovers 10] [-load 30s] [-only definer]
+//	go run ./cmd/pgleader-bench [-handovers 50] [-failovers 10] [-load 30s] [-only sets]
 //
 // The server is DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres.
 package main
@@ -32,17 +31,16 @@ import (
 )
 
 var (
-	handovers      = flag.Int("handovers", 50, "graceful handovers per mode")
-	agedHandovers  = flag.Int("aged-handovers", 20, "graceful hand-offs to a candidate whose registration is older than RenewEvery + Margin")
-	failovers      = flag.Int("failovers", 10, "crash failovers (each takes about one TTL)")
-	loadFor        = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
-	fenceFor       = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
-	rounds         = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
-	only           = flag.String("only", "", "comma-separated subset: handover,failover,load,fence,sets,definer")
-	setBig         = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
-	setShared      = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
-	setFor         = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
-	definerSamples = flag.Int("definer-samples", 400, "samples per statement and schema version in the definer measurement")
+	handovers     = flag.Int("handovers", 50, "graceful handovers per mode")
+	agedHandovers = flag.Int("aged-handovers", 20, "graceful hand-offs to a candidate whose registration is older than RenewEvery + Margin")
+	failovers     = flag.Int("failovers", 10, "crash failovers (each takes about one TTL)")
+	loadFor       = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
+	fenceFor      = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
+	rounds        = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
+	only          = flag.String("only", "", "comma-separated subset: handover,failover,load,fence,sets")
+	setBig        = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
+	setShared     = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
+	setFor        = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
 )
 
 // quiet discards the electors' logs; the bench prints its own table.
@@ -135,11 +133,6 @@ func run(ctx context.Context) error {
 	if want("sets") {
 		if err := b.setsTable(ctx); err != nil {
 			return fmt.Errorf("sets: %w", err)
-		}
-	}
-	if want("definer") {
-		if err := b.definerTable(ctx); err != nil {
-			return fmt.Errorf("definer: %w", err)
 		}
 	}
 	return nil

@@ -33,6 +33,7 @@ func TestCLI(t *testing.T) {
 		{"Usage", testUsage},
 		{"Migrate", testMigrate},
 		{"MigrateTo", testMigrateTo},
+		{"MigrateUnreleased", testMigrateUnreleased},
 		{"MigrateConcurrently", testMigrateConcurrently},
 		{"StatusAndAdvance", testStatusAndAdvance},
 		{"AdvanceRange", testAdvanceRange},
@@ -151,33 +152,59 @@ func testMigrate(t *testing.T, bin string) {
 	}
 }
 
-// testMigrateTo migrates an empty database to each version, up and down:
-// down only with --yes, and a refused step changes nothing.
+// testMigrateTo migrates an empty database to the version this pgleader
+// ships, and back with down: down only with --yes, a version out of range
+// refused, and a refused step changes nothing.
 func testMigrateTo(t *testing.T, bin string) {
 	db := pgtest.NewEmpty(t)
 	env := []string{"DATABASE_URL=" + db.URL}
+	latest := fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)
 	for _, step := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"migrate", "to", "2"}, fmt.Sprintf("schema version 2 (this pgleader ships %d)\n", migrations.Latest)},
-		{[]string{"migrate", "to", "2"}, fmt.Sprintf("schema version 2 (this pgleader ships %d)\n", migrations.Latest)},
-		{[]string{"migrate", "to", "4"}, fmt.Sprintf("schema version 4 (this pgleader ships %d)\n", migrations.Latest)},
-		{[]string{"migrate", "--yes", "to", "1"}, fmt.Sprintf("schema version 1 (this pgleader ships %d)\n", migrations.Latest)},
-		{[]string{"migrate", "up"}, fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)},
+		{[]string{"migrate", "to", fmt.Sprint(migrations.Latest)}, latest},
+		{[]string{"migrate", "to", fmt.Sprint(migrations.Latest)}, latest},
+		{[]string{"migrate", "--yes", "down"}, fmt.Sprintf("schema version 0 (this pgleader ships %d)\n", migrations.Latest)},
+		{[]string{"migrate", "to", "1"}, fmt.Sprintf("schema version 1 (this pgleader ships %d)\n", migrations.Latest)},
+		{[]string{"migrate", "up"}, latest},
 	} {
 		code, stdout, stderr := runCLI(t, bin, env, step.args...)
 		if code != 0 || stdout != step.want {
 			t.Fatalf("pgleader %q: status %d, stdout %q, stderr:\n%s\nwant 0 and %q", step.args, code, stdout, stderr, step.want)
 		}
 	}
-	code, _, stderr := runCLI(t, bin, env, "migrate", "to", "3")
-	if want := fmt.Sprintf("to 3 reverts versions 4 to %d and drops", migrations.Latest); code != 2 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "add --yes") {
-		t.Fatalf("migrate to 3 from %d without --yes: status %d, stderr:\n%s\nwant 2 and a request for --yes", migrations.Latest, code, stderr)
+	for _, bad := range []string{"0", fmt.Sprint(migrations.Latest + 1)} {
+		code, _, stderr := runCLI(t, bin, env, "migrate", "to", bad)
+		if want := fmt.Sprintf("VERSION must be a whole number from 1 to %d", migrations.Latest); code != 2 || !strings.Contains(stderr, want) {
+			t.Fatalf("migrate to %s: status %d, stderr:\n%s\nwant 2 and %q", bad, code, stderr, want)
+		}
 	}
-	want := fmt.Sprintf("schema version %d (this pgleader ships %d)\n", migrations.Latest, migrations.Latest)
-	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != want {
-		t.Fatalf("after a refused migrate to 3: status %d, %q; want %q", code, stdout, want)
+	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != latest {
+		t.Fatalf("after the refused steps: status %d, %q; want %q", code, stdout, latest)
+	}
+}
+
+// testMigrateUnreleased: on a database a development build left at one of
+// the squashed versions, every migrate action fails (status 1) saying so
+// and how to recover; version still prints the version.
+func testMigrateUnreleased(t *testing.T, bin string) {
+	db := pgtest.NewEmpty(t)
+	env := []string{"DATABASE_URL=" + db.URL}
+	if code, _, stderr := runCLI(t, bin, env, "migrate", "up"); code != 0 {
+		t.Fatalf("migrate up: status %d, stderr:\n%s", code, stderr)
+	}
+	if _, err := db.Pool.Exec(context.Background(), `UPDATE `+migrations.HistoryTable+` SET version = 13`); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "to", "1"}, {"migrate", "--yes", "down"}, {"migrate", "version"}} {
+		code, stdout, stderr := runCLI(t, bin, env, args...)
+		if code != 1 || !strings.Contains(stderr, "unreleased development version") || !strings.Contains(stderr, "DROP SCHEMA pgleader CASCADE") {
+			t.Errorf("pgleader %q at version 13: status %d, stderr:\n%s\nwant 1 and how to recover", args, code, stderr)
+		}
+		if args[1] == "version" && stdout != fmt.Sprintf("schema version 13 (this pgleader ships %d)\n", migrations.Latest) {
+			t.Errorf("pgleader %q at version 13: stdout %q", args, stdout)
+		}
 	}
 }
 

@@ -17,7 +17,7 @@ const grantUsage = `Usage: pgleader grant [--database URL] [--steer] ROLE
 Gives ROLE what an application needs to use pgleader without owning it, by
 calling the SQL function pgleader.grant_usage: USAGE on the schema
 "pgleader" and EXECUTE on the functions an application calls (no privilege
-on any table: from schema version 13 the functions are the only door), and
+on any table: the functions are the only door), and
 SELECT on the history table pgleader_schema_migrations in this connection's
 current schema, so that 'migrate up' (or migrations.Up) run by ROLE on an
 up-to-date database succeeds. ROLE acts only on its own keys: a key belongs
@@ -55,7 +55,7 @@ func cmdGrant(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && (pgErr.Code == "3F000" || pgErr.Code == "42883") {
-			return errors.New("grant: the database has no pgleader schema at version 3 or later: run 'pgleader migrate up'")
+			return errors.New("grant: the database has no pgleader schema, or an outdated one: run 'pgleader migrate up'")
 		}
 		return fmt.Errorf("grant: %w", err)
 	}
@@ -63,7 +63,7 @@ func cmdGrant(args []string, stdout, stderr io.Writer) error {
 		if _, err := pool.Exec(ctx, `SELECT pgleader.grant_steer($1)`, role); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "42883" {
-				return errors.New("grant: --steer needs schema version 13 or later: run 'pgleader migrate up'")
+				return errors.New("grant: --steer: the schema lacks pgleader.grant_steer: run 'pgleader migrate up'")
 			}
 			return fmt.Errorf("grant --steer: %w", err)
 		}

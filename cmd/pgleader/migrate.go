@@ -20,7 +20,8 @@ const migrateUsage = `Usage: pgleader migrate [--database URL] [--yes] up|down|v
            ships); going down reverts what the later versions added, and
            needs --yes
   version  print the applied schema version; exits 1 if the last migration
-           failed half-way (dirty)
+           failed half-way (dirty), or if this pgleader cannot migrate it (a
+           newer version, or one an unreleased development build wrote)
 
 The history is kept in the table pgleader_schema_migrations, apart from the
 application's own golang-migrate history.
@@ -61,6 +62,9 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if err := migrations.CheckVersion(current); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
 		if target < current && !*yes {
 			reverted := fmt.Sprintf("versions %d to %d", target+1, current)
 			if target+1 == current {
@@ -77,6 +81,9 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "schema version %d (this pgleader ships %d)\n", version, migrations.Latest)
+	if err := migrations.CheckVersion(version); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	if dirty {
 		return fmt.Errorf("migrate: version %d is dirty: its migration failed half-way; repair the schema by hand, then force the version with the golang-migrate CLI (table %s)",
 			version, migrations.HistoryTable)

@@ -69,7 +69,7 @@ func TestClockStepForward(t *testing.T) {
 		t.Fatalf("before the step the server's clock is %v ahead; want about 0", a)
 	}
 
-	v := &version{v: 4, db: "clockstep"}
+	v := &variant{grace: true, db: "clockstep"}
 	v.prepare(t, server.Addr())
 	url := dbURL(server.Addr(), v.db)
 	cLease := startProxy(t, server.Addr())

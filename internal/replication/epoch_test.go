@@ -13,7 +13,7 @@ import (
 )
 
 // TestLateWriteAfterFailover is the model's trail for the token epochs
-// (migrations/0008, docs/model-checking.md), on a real primary P and
+// (pgleader._epoch_bump, docs/model-checking.md), on a real primary P and
 // asynchronous standby S, with the store in the same database (the fence
 // resource "digest", sqlfence's guard row).
 //
@@ -39,7 +39,7 @@ func TestLateWriteAfterFailover(t *testing.T) {
 	for _, db := range dbs {
 		exec1(t, dbURL(primary.Addr(), "postgres"), "CREATE DATABASE "+db)
 		url := dbURL(primary.Addr(), db)
-		if err := migrations.ToURL(ctx, url, migrations.Latest); err != nil {
+		if err := migrations.UpURL(ctx, url); err != nil {
 			t.Fatal(err)
 		}
 		exec1(t, url, `SELECT pgleader.set_max_ttl($1::interval)`, maxTTL)

@@ -8,8 +8,8 @@ import (
 	"github.com/pgleader/pgleader/internal/chaos"
 )
 
-func versions() []*version {
-	return []*version{{v: 3, db: "v3"}, {v: 4, db: "v4"}}
+func variants() []*variant {
+	return []*variant{{grace: false, db: "nograce"}, {grace: true, db: "grace"}}
 }
 
 func startStandby(t *testing.T, primary *chaos.Cluster, source string, opts chaos.ClusterOptions) *chaos.Cluster {
@@ -24,13 +24,13 @@ func startStandby(t *testing.T, primary *chaos.Cluster, source string, opts chao
 
 // startC starts C with both paths on the primary, each through a proxy of
 // its own, and waits for its first accepted unit.
-func startC(t *testing.T, v *version, primary string) {
+func startC(t *testing.T, v *variant, primary string) {
 	t.Helper()
 	v.cLease, v.cStore = startProxy(t, primary), startProxy(t, primary)
 	v.c = startReplica(t, "C", dbURL(v.cLease.Addr(), v.db), dbURL(v.cStore.Addr(), v.db), v.hist)
 }
 
-func waitCWrote(t *testing.T, vs []*version) {
+func waitCWrote(t *testing.T, vs []*variant) {
 	t.Helper()
 	for _, v := range vs {
 		waitUntil(t, "C to write", liveness, func() bool { _, ok := v.hist.firstWrite("C", time.Time{}); return ok })
@@ -40,7 +40,7 @@ func waitCWrote(t *testing.T, vs []*version) {
 // takeOver moves the primary's address to the server at addr: C's store
 // path follows it (its lease path stays where it was, so C's renewals fail
 // and it writes until its yield), and D starts there.
-func takeOver(t *testing.T, vs []*version, addr string) {
+func takeOver(t *testing.T, vs []*variant, addr string) {
 	t.Helper()
 	now := time.Now()
 	for _, v := range vs {
@@ -56,8 +56,8 @@ func takeOver(t *testing.T, vs []*version, addr string) {
 // term 2 on P and writes. P dies, the standby S is promoted with L's row
 // (expiring 1s after it was taken), and the primary's address moves to S.
 // C's renewals go nowhere, so C writes to S until its yield; D campaigns
-// on S. Without the grace (version 3) D draws token 2 again at once and
-// both write; with it (version 4) D waits until C's term is over.
+// on S. Without the grace (the control) D draws token 2 again at once and
+// both write; with it D waits until C's term is over.
 func TestAsyncFailover(t *testing.T) {
 	t.Parallel()
 	bin := postgresBin(t)
@@ -65,7 +65,7 @@ func TestAsyncFailover(t *testing.T) {
 	primary := startCluster(t, bin, chaos.ClusterOptions{})
 	repl := startProxy(t, primary.Addr())
 	standby := startStandby(t, primary, repl.Addr(), chaos.ClusterOptions{})
-	vs := versions()
+	vs := variants()
 	var releases []func()
 	for _, v := range vs {
 		v.prepare(t, primary.Addr())
@@ -109,7 +109,7 @@ func TestPromotionClockAhead(t *testing.T) {
 	if ahead := time.Until(standbyNow); ahead < 1500*time.Millisecond {
 		t.Fatalf("the standby's clock is %v ahead; libfaketime did not take (want about 2s)", ahead)
 	}
-	vs := versions()
+	vs := variants()
 	for _, v := range vs {
 		v.prepare(t, primary.Addr())
 		startC(t, v, primary.Addr())
@@ -140,7 +140,7 @@ func TestCrashRecoveryAsyncCommit(t *testing.T) {
 	bin := postgresBin(t)
 	ctx := context.Background()
 	server := startCluster(t, bin, chaos.ClusterOptions{Settings: []string{"synchronous_commit=off", "wal_writer_delay=10000ms"}})
-	vs := versions()
+	vs := variants()
 	var releases []func()
 	for _, v := range vs {
 		v.prepare(t, server.Addr())
@@ -168,7 +168,7 @@ func TestCrashRecoveryAsyncCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		if token != 1 {
-			t.Fatalf("version %d: after the crash the lease is at token %d; the crash was to lose C's term 2", v.v, token)
+			t.Fatalf("%s: after the crash the lease is at token %d; the crash was to lose C's term 2", v.db, token)
 		}
 	}
 	takeOver(t, vs, server.Addr())
@@ -182,7 +182,7 @@ func TestCleanRestartKeepsTrust(t *testing.T) {
 	bin := postgresBin(t)
 	ctx := context.Background()
 	server := startCluster(t, bin, chaos.ClusterOptions{})
-	v := &version{v: 4, db: "v4"}
+	v := &variant{grace: true, db: "grace"}
 	v.prepare(t, server.Addr())
 	inGrace := func() bool {
 		p := pool(t, dbURL(server.Addr(), v.db))

@@ -80,16 +80,15 @@ func exec1(t *testing.T, url, sql string, args ...any) {
 	}
 }
 
-// version is one schema under test, in a database of its own on the same
-// servers: 3 (before the grace) must show the violation, 4 (the grace) must
-// not. Both are the latest schema, which the Go client needs; "3" has the
-// grace switched off by replacing pgleader._grace with a function that
-// never starts one, which is how every lease operation behaved before
-// version 4.
-type version struct {
-	v    uint
-	db   string
-	hist *history
+// variant is one schema under test, in a database of its own on the same
+// servers: without the grace (the control) it must show the violation, with
+// it (the schema as it is) it must not. Both are the latest schema, which
+// the Go client needs; the control has the grace switched off by replacing
+// pgleader._grace with a function that never starts one.
+type variant struct {
+	grace bool
+	db    string
+	hist  *history
 	// c holds the lease when the primary is lost; d campaigns on the server
 	// that takes over.
 	c, d       *replica
@@ -99,18 +98,18 @@ type version struct {
 }
 
 // prepare creates v's database on the primary at addr, migrates it with
-// max_ttl = TTL (and, for "version 3", no grace), and creates the fenced
+// max_ttl = TTL (and, for the control, no grace), and creates the fenced
 // table.
-func (v *version) prepare(t *testing.T, addr string) {
+func (v *variant) prepare(t *testing.T, addr string) {
 	t.Helper()
 	ctx := context.Background()
 	exec1(t, dbURL(addr, "postgres"), "CREATE DATABASE "+v.db)
 	url := dbURL(addr, v.db)
-	if err := migrations.ToURL(ctx, url, migrations.Latest); err != nil {
+	if err := migrations.UpURL(ctx, url); err != nil {
 		t.Fatal(err)
 	}
 	exec1(t, url, `SELECT pgleader.set_max_ttl($1::interval)`, spec.TTL.String())
-	if v.v < 4 {
+	if !v.grace {
 		exec1(t, url, `CREATE OR REPLACE FUNCTION pgleader._grace(OUT grace_until timestamptz, OUT max_ttl interval, OUT max_clock_offset interval)
 			LANGUAGE sql AS $$ SELECT '-infinity'::timestamptz, s.max_ttl, s.max_clock_offset FROM pgleader.settings AS s $$`)
 	}
@@ -320,35 +319,35 @@ func waitReplayed(t *testing.T, primary, standby *pgxpool.Pool) {
 	})
 }
 
-// verdict checks each version: version 3 must break safety (the scenario
-// bites), version 4 must not, and its new leader must write.
-func verdict(t *testing.T, versions []*version) {
+// verdict checks each variant: the control must break safety (the
+// scenario bites), the schema must not, and its new leader must write.
+func verdict(t *testing.T, variants []*variant) {
 	t.Helper()
-	for _, v := range versions {
-		if v.v >= 4 {
+	for _, v := range variants {
+		if v.grace {
 			first, ok := time.Time{}, false
-			waitUntil(t, fmt.Sprintf("version %d: a leader to write on the new server", v.v), liveness, func() bool {
+			waitUntil(t, fmt.Sprintf("%s: a leader to write on the new server", v.db), liveness, func() bool {
 				first, ok = v.hist.firstWrite("D", v.promotedAt)
 				return ok
 			})
-			t.Logf("version %d: the new server's first accepted write came %v after it took over",
-				v.v, first.Sub(v.promotedAt).Round(time.Millisecond))
+			t.Logf("%s: the new server's first accepted write came %v after it took over",
+				v.db, first.Sub(v.promotedAt).Round(time.Millisecond))
 		}
 	}
-	for _, v := range versions {
+	for _, v := range variants {
 		// Let c's term end (its yield is at most TTL after its last renew).
-		waitUntil(t, fmt.Sprintf("version %d: C's term to end", v.v), liveness, func() bool { return !v.hist.leading("C") })
+		waitUntil(t, fmt.Sprintf("%s: C's term to end", v.db), liveness, func() bool { return !v.hist.leading("C") })
 		v.c.stop()
 		v.d.stop()
 		got := v.hist.violations()
-		t.Logf("version %d history:\n%s", v.v, v.hist.summary())
+		t.Logf("%s history:\n%s", v.db, v.hist.summary())
 		switch {
-		case v.v < 4 && len(got) == 0:
-			t.Errorf("version %d: no violation; the scenario did not bite", v.v)
-		case v.v < 4:
-			t.Logf("version %d broke safety, as expected without the grace: %v", v.v, got)
+		case !v.grace && len(got) == 0:
+			t.Errorf("%s: no violation; the scenario did not bite", v.db)
+		case !v.grace:
+			t.Logf("%s broke safety, as expected without the grace: %v", v.db, got)
 		case len(got) > 0:
-			t.Errorf("version %d: %d violations: %v", v.v, len(got), got)
+			t.Errorf("%s: %d violations: %v", v.db, len(got), got)
 		}
 	}
 }

@@ -9,43 +9,50 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgleader/pgleader/internal/chaos"
+	"github.com/pgleader/pgleader/internal/pgtest"
 	"github.com/pgleader/pgleader/migrations"
 )
 
-// seamVersions are the two schemas each seam test runs, in a database of
-// its own on the same servers: version 10 must show the violation (the
-// scenario bites), the latest must not.
-var seamVersions = []struct {
-	db string
-	v  uint
-}{{"v10", 10}, {"latest", migrations.Latest}}
+// seamDBs are the two databases each seam test runs, on the same servers:
+// "control", whose schema lacks the defence the test is about (the seam's
+// mutation), must show the violation (the scenario bites); "schema" must
+// not.
+var seamDBs = []struct {
+	db      string
+	control bool
+}{{"control", true}, {"schema", false}}
 
 // failoverWithSeam starts a primary and an asynchronous standby, creates
-// and migrates each version's database on the primary, runs before on each
-// while replication flows, cuts replication once the standby has replayed
-// it, runs lost on each (on the primary only), then kills the primary and
-// promotes the standby. It returns the standby's address.
-func failoverWithSeam(t *testing.T, before, lost func(db string, v uint, url string)) string {
+// and migrates each database on the primary (applying mutate to the
+// control's), runs before on each while replication flows, cuts
+// replication once the standby has replayed it, runs lost on each (on the
+// primary only), then kills the primary and promotes the standby. It
+// returns the standby's address.
+func failoverWithSeam(t *testing.T, mutate func(p *pgxpool.Pool), before, lost func(db string, control bool, url string)) string {
 	t.Helper()
 	bin := postgresBin(t)
 	ctx := context.Background()
 	primary := startCluster(t, bin, chaos.ClusterOptions{})
 	repl := startProxy(t, primary.Addr())
 	standby := startStandby(t, primary, repl.Addr(), chaos.ClusterOptions{})
-	for _, s := range seamVersions {
+	for _, s := range seamDBs {
 		exec1(t, dbURL(primary.Addr(), "postgres"), "CREATE DATABASE "+s.db)
 		url := dbURL(primary.Addr(), s.db)
-		if err := migrations.ToURL(ctx, url, s.v); err != nil {
+		if err := migrations.UpURL(ctx, url); err != nil {
 			t.Fatal(err)
 		}
-		before(s.db, s.v, url)
+		if s.control {
+			mutate(pool(t, url))
+		}
+		before(s.db, s.control, url)
 	}
 	waitReplayed(t, pool(t, dbURL(primary.Addr(), "postgres")), pool(t, dbURL(standby.Addr(), "postgres")))
 	repl.Cut() // nothing from here on reaches the standby
-	for _, s := range seamVersions {
-		lost(s.db, s.v, dbURL(primary.Addr(), s.db))
+	for _, s := range seamDBs {
+		lost(s.db, s.control, dbURL(primary.Addr(), s.db))
 	}
 	if err := primary.Kill(ctx); err != nil {
 		t.Fatal(err)
@@ -80,16 +87,22 @@ func openConn(t *testing.T, url string) *pgx.Conn {
 // reaches the standby. On the primary only, C confirms and leads token 2
 // and hands it to D (token 3), and D confirms. The standby is promoted
 // with "C, token 2, handed off". A fresh replica named C checks the hint
-// (take with keep, as the Go successor does): on version 10 it is told it
-// leads token 2 again, in the grace, while D believes token 3; from
-// version 11 it is not, and the key's next term draws above the old
-// server's tokens once the grace is over.
+// (take with keep, as the Go successor does): it is not told it leads,
+// and the key's next term draws above the old server's tokens once the
+// grace is over. The control's take believes a handed-off term during the
+// grace when it expires more than max_clock_offset away, as a renewal
+// would: there C is told it leads token 2 again, in the grace, while D
+// believes token 3.
 func TestHandedOffRowAfterFailover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const maxTTL = "8 seconds"
 	newAddr := failoverWithSeam(t,
-		func(db string, _ uint, url string) {
+		func(p *pgxpool.Pool) {
+			pgtest.Mutate(t, p, "pgleader.take(text, text, interval, interval)",
+				"AND t >= g.grace_until THEN", "AND (t >= g.grace_until OR r.expires_at > t + g.max_clock_offset) THEN")
+		},
+		func(db string, _ bool, url string) {
 			exec1(t, url, `SELECT pgleader.set_max_ttl($1::interval)`, maxTTL)
 			p := pool(t, url)
 			for _, sql := range []string{
@@ -102,7 +115,7 @@ func TestHandedOffRowAfterFailover(t *testing.T) {
 				}
 			}
 		},
-		func(db string, _ uint, url string) {
+		func(db string, _ bool, url string) {
 			p := pool(t, url)
 			for _, sql := range []string{
 				`SELECT * FROM pgleader.take('k', 'C', $1::interval)`,
@@ -121,7 +134,7 @@ func TestHandedOffRowAfterFailover(t *testing.T) {
 			}
 		})
 
-	for _, s := range seamVersions {
+	for _, s := range seamDBs {
 		p := pool(t, dbURL(newAddr, s.db))
 		var acquired, handed bool
 		var holder string
@@ -140,7 +153,7 @@ func TestHandedOffRowAfterFailover(t *testing.T) {
 		}
 		acquired, tok = check()
 		t.Logf("%s: C's check on the new server: acquired %v, token %d", s.db, acquired, tok)
-		if s.v < 11 {
+		if s.control {
 			if !acquired || tok != 2 {
 				t.Errorf("%s: C's check = %v token %d; the control must lead token 2 again", s.db, acquired, tok)
 			}
@@ -169,17 +182,21 @@ func TestHandedOffRowAfterFailover(t *testing.T) {
 // TestMaxTTLLoweredBesideAnOpenAcquire is issue 24's second seam on real
 // servers. A's transaction acquires with a 60 s TTL and stays open while
 // an operator lowers max_ttl to 2 s; the lowered setting reaches the
-// standby, A's commit does not. On version 10 the setter goes through, so
-// the promoted standby's grace lasts 2 s while A believes for 60 s. From
-// version 11 the setter cannot go through while A's transaction is open
-// (55P03), and the new server's grace outlasts A's term.
+// standby, A's commit does not. The setter cannot go through while A's
+// transaction is open (55P03), and the new server's grace outlasts A's
+// term. The control's setter does not take the settings lock: it goes
+// through, so the promoted standby's grace lasts 2 s while A believes for
+// 60 s.
 func TestMaxTTLLoweredBesideAnOpenAcquire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	aExpires := map[string]time.Time{}
 	open := map[string]*pgx.Conn{}
 	newAddr := failoverWithSeam(t,
-		func(db string, v uint, url string) {
+		func(p *pgxpool.Pool) {
+			pgtest.Mutate(t, p, "pgleader.set_max_ttl(interval)", "PERFORM pgleader._lock_settings();", "")
+		},
+		func(db string, control bool, url string) {
 			a := openConn(t, url)
 			var won bool
 			var e time.Time
@@ -193,19 +210,19 @@ func TestMaxTTLLoweredBesideAnOpenAcquire(t *testing.T) {
 			_, err := pool(t, url).Exec(ctx, `SELECT pgleader.set_max_ttl('2 seconds')`)
 			var pgErr *pgconn.PgError
 			switch {
-			case v < 11 && err != nil:
+			case control && err != nil:
 				t.Fatalf("%s: set_max_ttl: %v; the control must lower it", db, err)
-			case v >= 11 && (!errors.As(err, &pgErr) || pgErr.Code != "55P03"):
+			case !control && (!errors.As(err, &pgErr) || pgErr.Code != "55P03"):
 				t.Fatalf("%s: set_max_ttl beside A's open acquire: %v; want 55P03", db, err)
 			}
 		},
-		func(db string, _ uint, _ string) {
+		func(db string, _ bool, _ string) {
 			if _, err := open[db].Exec(ctx, `COMMIT`); err != nil {
 				t.Fatalf("%s: A's commit: %v", db, err)
 			}
 		})
 
-	for _, s := range seamVersions {
+	for _, s := range seamDBs {
 		p := pool(t, dbURL(newAddr, s.db))
 		var graceUntil time.Time
 		var maxTTL time.Duration
@@ -215,9 +232,9 @@ func TestMaxTTLLoweredBesideAnOpenAcquire(t *testing.T) {
 		short := graceUntil.Before(aExpires[s.db])
 		t.Logf("%s: the new server's grace ends %v before A's term (max_ttl %v)", s.db, aExpires[s.db].Sub(graceUntil).Round(time.Millisecond), maxTTL)
 		switch {
-		case s.v < 11 && !short:
+		case s.control && !short:
 			t.Errorf("%s: the grace outlasts A's term; the control must show it short", s.db)
-		case s.v >= 11 && short:
+		case !s.control && short:
 			t.Errorf("%s: the grace ends at %v, before A's term at %v: a new term could start while A believes", s.db, graceUntil, aExpires[s.db])
 		}
 	}

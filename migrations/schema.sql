@@ -1,0 +1,1775 @@
+-- The catalog of the schema pgleader that the migrations in this directory
+-- build, as PostgreSQL 13 to 18 report it: every table (with its columns,
+-- constraints, indexes, triggers and comments), every function with its full
+-- definition, and who may use what ("grants: none" means only the owner,
+-- the role that migrated). Generated; do not edit. TestSchemaSnapshot fails
+-- when a freshly migrated database differs from it; after a change to the
+-- migrations, regenerate it with
+--
+--	make schema    (go test ./migrations -run '^TestSchemaSnapshot$' -update)
+--
+-- and review the difference with the migration.
+
+-- schema pgleader; grants: none
+
+-- table pgleader.candidate; grants: none
+--   comment pgleader candidates: replicas waiting for a key, each until its expires_at; the lease is handed to the best live one.
+--   column key text NOT NULL
+--   column owner text NOT NULL
+--   column priority integer NOT NULL DEFAULT 0
+--   column value text
+--   column registered_at timestamp with time zone NOT NULL
+--   column expires_at timestamp with time zone NOT NULL
+--   constraint candidate_key_length CHECK (((octet_length(key) >= 1) AND (octet_length(key) <= 200)))
+--   constraint candidate_owner_length CHECK (((octet_length(owner) >= 1) AND (octet_length(owner) <= 200)))
+--   constraint candidate_pkey PRIMARY KEY (key, owner)
+--   constraint candidate_value_length CHECK (((value IS NULL) OR (octet_length(value) <= 1024)))
+--   CREATE UNIQUE INDEX candidate_pkey ON pgleader.candidate USING btree (key, owner)
+
+-- table pgleader.fence; grants: none
+--   comment pgleader fences: one guard row per resource; token is the highest token that took it and never decreases.
+--   column resource text NOT NULL
+--   column token bigint NOT NULL
+--   column updated_at timestamp with time zone NOT NULL
+--   column role text
+--   constraint fence_pkey PRIMARY KEY (resource)
+--   constraint fence_resource_length CHECK (((octet_length(resource) >= 1) AND (octet_length(resource) <= 200)))
+--   constraint fence_token_positive CHECK ((token >= 1))
+--   CREATE UNIQUE INDEX fence_pkey ON pgleader.fence USING btree (resource)
+
+-- table pgleader.lease WITH (fillfactor=50); grants: none
+--   comment pgleader leases: one row per key; token is the key's fencing counter and never decreases.
+--   column key text NOT NULL
+--   column holder text
+--   column token bigint NOT NULL DEFAULT pgleader._epoch_base()
+--   column acquired_at timestamp with time zone
+--   column renewed_at timestamp with time zone
+--   column expires_at timestamp with time zone
+--   column value text
+--   column resign_token bigint
+--   column priority integer NOT NULL DEFAULT 0
+--   column handed_off boolean NOT NULL DEFAULT false
+--   column transfer_to text
+--   column token_min bigint
+--     comment pgleader: the next token drawn for this key exceeds token_min (set for a lease held across a failover). Do not edit.
+--   column role text
+--   constraint lease_held_has_expiry CHECK (((holder IS NULL) OR (expires_at IS NOT NULL)))
+--   constraint lease_holder_length CHECK (((holder IS NULL) OR ((octet_length(holder) >= 1) AND (octet_length(holder) <= 200))))
+--   constraint lease_key_length CHECK (((octet_length(key) >= 1) AND (octet_length(key) <= 200)))
+--   constraint lease_pkey PRIMARY KEY (key)
+--   constraint lease_token_nonnegative CHECK ((token >= 0))
+--   constraint lease_transfer_to_length CHECK (((transfer_to IS NULL) OR ((octet_length(transfer_to) >= 1) AND (octet_length(transfer_to) <= 200))))
+--   constraint lease_value_length CHECK (((value IS NULL) OR (octet_length(value) <= 1024)))
+--   CREATE UNIQUE INDEX lease_pkey ON pgleader.lease USING btree (key)
+--   CREATE TRIGGER lease_draw BEFORE UPDATE OF token ON pgleader.lease FOR EACH ROW WHEN ((new.token IS DISTINCT FROM old.token)) EXECUTE FUNCTION pgleader._lease_draw()
+
+-- table pgleader.server_epoch UNLOGGED; grants: none
+--   comment pgleader: when this server began granting on its own (UNLOGGED: emptied by crash recovery, empty on a standby). Do not edit.
+--   column only_row boolean NOT NULL DEFAULT true
+--   column noticed_at timestamp with time zone NOT NULL
+--   column grace_until timestamp with time zone NOT NULL
+--   constraint server_epoch_only_row_check CHECK (only_row)
+--   constraint server_epoch_pkey PRIMARY KEY (only_row)
+--   CREATE UNIQUE INDEX server_epoch_pkey ON pgleader.server_epoch USING btree (only_row)
+
+-- table pgleader.set_member; grants: none
+--   comment pgleader set membership: the replicas campaigning for a set, until expires_at, and how many of its keys each held at its last renewal.
+--   column set_name text NOT NULL
+--   column owner text NOT NULL
+--   column held integer NOT NULL DEFAULT 0
+--   column joined_at timestamp with time zone NOT NULL
+--   column expires_at timestamp with time zone NOT NULL
+--   column role text NOT NULL
+--   constraint set_member_held_check CHECK ((held >= 0))
+--   constraint set_member_name_length CHECK (((octet_length(set_name) >= 1) AND (octet_length(set_name) <= 200)))
+--   constraint set_member_owner_length CHECK (((octet_length(owner) >= 1) AND (octet_length(owner) <= 200)))
+--   constraint set_member_pkey PRIMARY KEY (set_name, role, owner)
+--   CREATE UNIQUE INDEX set_member_pkey ON pgleader.set_member USING btree (set_name, role, owner)
+
+-- table pgleader.settings; grants: none
+--   comment pgleader settings: max_ttl bounds every lease TTL and is the grace after crash recovery or promotion; max_clock_offset bounds the offset between the clocks of a primary and its standbys.
+--   column only_row boolean NOT NULL DEFAULT true
+--   column max_ttl interval NOT NULL
+--   column max_clock_offset interval NOT NULL
+--   column epoch bigint NOT NULL DEFAULT 0
+--     comment pgleader token epoch: every key's tokens are at least epoch * 2^40; raised by one by each server that starts after crash recovery or promotion. 4194304: no epoch left. Do not edit.
+--   constraint settings_epoch_range CHECK (((epoch >= 0) AND (epoch <= 4194304)))
+--   constraint settings_max_clock_offset_check CHECK (((max_clock_offset >= '00:00:00'::interval) AND (max_clock_offset <= '01:00:00'::interval)))
+--   constraint settings_max_ttl_check CHECK (((max_ttl >= '00:00:00.1'::interval) AND (max_ttl <= '24:00:00'::interval)))
+--   constraint settings_only_row_check CHECK (only_row)
+--   constraint settings_pkey PRIMARY KEY (only_row)
+--   CREATE UNIQUE INDEX settings_pkey ON pgleader.settings USING btree (only_row)
+
+-- table pgleader.steerer; grants: none
+--   column role name NOT NULL
+--   column granted_at timestamp with time zone NOT NULL
+--   constraint steerer_pkey PRIMARY KEY (role)
+--   CREATE UNIQUE INDEX steerer_pkey ON pgleader.steerer USING btree (role)
+
+-- function pgleader._app_functions(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._app_functions()
+ RETURNS SETOF regprocedure
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT p.oid::regprocedure
+      FROM pg_catalog.pg_proc AS p
+     WHERE p.pronamespace = 'pgleader'::regnamespace
+       AND p.proname = ANY (ARRAY[
+           'acquire', 'acquire_many', 'advance', 'campaign', 'candidates', 'fence_claim', 'fence_floor',
+           'fence_trigger', 'fence_write', 'grace', 'hand_off', 'hint_handoff', 'holds', 'install_fence_trigger',
+           'lease', 'lease_guard', 'leases', 'notify', 'release', 'release_many', 'renew', 'renew_many',
+           'renew_term', 'resign', 'set_acquire', 'set_release', 'set_renew', 'set_status', 'set_tick',
+           'take', 'transfer', 'withdraw'])
+$function$;
+
+-- function pgleader._caller(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._caller()
+ RETURNS name
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN coalesce(nullif(current_setting('role'), 'none'), session_user)::name;
+END
+$function$;
+
+-- function pgleader._check_args(text,text,interval,boolean,boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader._check_args(p_key text, p_owner text, p_ttl interval, p_need_owner boolean, p_need_ttl boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_key IS NULL OR p_key = '' THEN
+        RAISE EXCEPTION 'pgleader: key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_key) > 200 THEN
+        RAISE EXCEPTION 'pgleader: key is % bytes; the limit is 200', octet_length(p_key) USING ERRCODE = '22023';
+    END IF;
+    IF p_need_owner THEN
+        IF p_owner IS NULL OR p_owner = '' THEN
+            RAISE EXCEPTION 'pgleader: owner must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF octet_length(p_owner) > 200 THEN
+            RAISE EXCEPTION 'pgleader: owner is % bytes; the limit is 200', octet_length(p_owner) USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    IF p_need_ttl AND (p_ttl IS NULL OR p_ttl <= interval '0') THEN
+        RAISE EXCEPTION 'pgleader: ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    IF p_need_ttl AND (date_part('year', p_ttl) <> 0 OR date_part('month', p_ttl) <> 0 OR date_part('day', p_ttl) <> 0) THEN
+        RAISE EXCEPTION 'pgleader: ttl must be given in hours, minutes and seconds, not days, months or years, got %', p_ttl
+            USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+-- function pgleader._check_candidate(interval,integer); grants: none
+CREATE OR REPLACE FUNCTION pgleader._check_candidate(p_candidate interval, p_priority integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_candidate IS NOT NULL AND p_candidate < interval '1 microsecond' THEN
+        RAISE EXCEPTION 'pgleader: candidate ttl must be at least 1 microsecond, got %', p_candidate USING ERRCODE = '22023';
+    END IF;
+    IF date_part('year', p_candidate) <> 0 OR date_part('month', p_candidate) <> 0 OR date_part('day', p_candidate) <> 0 THEN
+        RAISE EXCEPTION 'pgleader: candidate ttl must be given in hours, minutes and seconds, not days, months or years, got %', p_candidate
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_priority IS NULL THEN
+        RAISE EXCEPTION 'pgleader: priority must not be NULL' USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+-- function pgleader._check_floor(bigint); grants: none
+CREATE OR REPLACE FUNCTION pgleader._check_floor(p_floor bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_floor IS NULL OR p_floor < 0 THEN
+        RAISE EXCEPTION 'pgleader: floor must be zero or positive, got %', p_floor USING ERRCODE = '22023';
+    END IF;
+    IF p_floor > 4611686018427387903 THEN
+        RAISE EXCEPTION 'pgleader: floor % is above the limit 4611686018427387903 (2^62 - 1)', p_floor
+            USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+-- function pgleader._check_key_role(text,text,boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader._check_key_role(p_key text, p_what text, p_steer boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    rl text;
+BEGIN
+    SELECT l.role INTO rl FROM pgleader.lease AS l WHERE l.key = p_key;
+    IF NOT pgleader._own(rl, p_steer) THEN
+        PERFORM pgleader._refuse(p_what, 'key ' || to_json(p_key)::text, rl);
+    END IF;
+END
+$function$;
+
+-- function pgleader._check_keys(text[],bigint[],boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader._check_keys(p_keys text[], p_tokens bigint[], p_need_tokens boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    bad text;
+BEGIN
+    IF p_keys IS NULL OR array_ndims(p_keys) > 1 THEN
+        RAISE EXCEPTION 'pgleader: keys must be a one-dimensional array, not %', coalesce(p_keys::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT u.k INTO bad FROM unnest(p_keys) AS u(k)
+     WHERE u.k IS NULL OR u.k = '' OR octet_length(u.k) > 200 LIMIT 1;
+    IF FOUND THEN
+        PERFORM pgleader._check_args(bad, NULL, NULL, false, false);
+    END IF;
+    IF (SELECT count(DISTINCT u.k) FROM unnest(p_keys) AS u(k)) <> cardinality(p_keys) THEN
+        RAISE EXCEPTION 'pgleader: keys must be distinct' USING ERRCODE = '22023';
+    END IF;
+    IF p_need_tokens THEN
+        IF p_tokens IS NULL OR array_ndims(p_tokens) > 1 OR cardinality(p_tokens) <> cardinality(p_keys) THEN
+            RAISE EXCEPTION 'pgleader: tokens must be an array of one token per key (% keys, % tokens)',
+                cardinality(p_keys), coalesce(cardinality(p_tokens)::text, 'NULL') USING ERRCODE = '22023';
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(p_tokens) AS u(t) WHERE u.t IS NULL OR u.t < 1) THEN
+            RAISE EXCEPTION 'pgleader: tokens must be positive' USING ERRCODE = '22023';
+        END IF;
+    END IF;
+END
+$function$;
+
+-- function pgleader._check_ttl(interval,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader._check_ttl(p_ttl interval, p_max_ttl interval)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_ttl > p_max_ttl THEN
+        RAISE EXCEPTION 'pgleader: ttl % exceeds max_ttl %', p_ttl, p_max_ttl
+            USING ERRCODE = '22023',
+                  HINT = 'Use a shorter TTL, or raise the limit with pgleader.set_max_ttl (it is also the grace after a failover).';
+    END IF;
+END
+$function$;
+
+-- function pgleader._check_value(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader._check_value(p_value text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    IF octet_length(p_value) > 1024 THEN
+        RAISE EXCEPTION 'pgleader: value is % bytes; the limit is 1024', octet_length(p_value) USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+-- function pgleader._epoch(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._epoch()
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT coalesce((SELECT s.epoch FROM pgleader.settings AS s), 0)
+$function$;
+
+-- function pgleader._epoch_base(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._epoch_base()
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT pgleader._epoch() << 40
+$function$;
+
+-- function pgleader._epoch_bump(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._epoch_bump()
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    e bigint;
+    base bigint;
+    t timestamptz;
+BEGIN
+    -- The new epoch must not be lost by a crash after tokens of it were
+    -- handed out: flush this commit even where synchronous_commit = off.
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
+    UPDATE pgleader.settings AS s SET epoch = least(s.epoch + 1, 4194304) RETURNING s.epoch INTO e;
+    IF NOT FOUND THEN
+        -- The settings row was deleted by hand: start it again, above every
+        -- counter this server has.
+        SELECT least(coalesce(max(l.token) >> 40, 0) + 1, 4194304) INTO e FROM pgleader.lease AS l;
+        INSERT INTO pgleader.settings (max_ttl, max_clock_offset, epoch) VALUES (interval '10 minutes', interval '1 second', e);
+    END IF;
+    IF e >= 4194304 THEN
+        RAISE WARNING 'pgleader: no token epoch left: this server draws no token (22003 at every draw)';
+        RETURN e;
+    END IF;
+    base := e << 40;
+    t := clock_timestamp();
+    -- A lease a live term holds keeps its token (its holder renews it) and
+    -- records token_min for its next draw. Every other lease is free: its
+    -- counter moves up, and the row says it is free, as advance does, so it
+    -- never shows its old holder with a token it never drew.
+    WITH b AS (
+        SELECT x.key,
+               x.holder IS NOT NULL AND x.expires_at > t AS held,
+               CASE WHEN greatest(x.token, coalesce(x.token_min, 0)) < base THEN base
+                    WHEN greatest(x.token, coalesce(x.token_min, 0)) > 9223372036854775807 - 1099511627776 THEN 9223372036854775807
+                    ELSE greatest(x.token, coalesce(x.token_min, 0)) + 1099511627776 END AS next
+          FROM pgleader.lease AS x
+    ), kept AS (
+        UPDATE pgleader.lease AS l SET token_min = b.next FROM b WHERE l.key = b.key AND b.held
+    )
+    UPDATE pgleader.lease AS l
+       SET token = b.next,
+           (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
+      FROM b
+     WHERE l.key = b.key AND NOT b.held;
+    RETURN e;
+END
+$function$;
+
+-- function pgleader._fence_check(text,bigint,boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader._fence_check(p_resource text, p_token bigint, p_need_token boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_resource IS NULL OR p_resource = '' THEN
+        RAISE EXCEPTION 'pgleader: resource must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_resource) > 200 THEN
+        RAISE EXCEPTION 'pgleader: resource is % bytes; the limit is 200', octet_length(p_resource) USING ERRCODE = '22023';
+    END IF;
+    IF p_need_token AND (p_token IS NULL OR p_token < 1) THEN
+        RAISE EXCEPTION 'pgleader: token must be positive, got %', coalesce(p_token::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF p_need_token AND p_token > 4611686018427387903 THEN
+        RAISE EXCEPTION 'pgleader: token % is above the limit 4611686018427387903 (2^62 - 1)', p_token USING ERRCODE = '22023';
+    END IF;
+END
+$function$;
+
+-- function pgleader._fence_take(text,bigint,boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader._fence_take(p_resource text, p_token bigint, p_claim boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    stored bigint;
+    rl text;
+BEGIN
+    PERFORM pgleader._fence_check(p_resource, p_token, true);
+
+    INSERT INTO pgleader.fence AS f (resource, token, updated_at, role)
+    VALUES (p_resource, p_token, clock_timestamp(), pgleader._caller())
+    ON CONFLICT (resource) DO NOTHING;
+    IF FOUND THEN
+        RETURN; -- a new resource; the uncommitted row is this transaction's alone
+    END IF;
+
+    SELECT f.token, f.role INTO stored, rl FROM pgleader.fence AS f WHERE f.resource = p_resource FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgleader: guard row of resource % was deleted concurrently', to_json(p_resource)
+            USING ERRCODE = '40001';
+    END IF;
+    IF NOT pgleader._own(rl, false) THEN
+        PERFORM pgleader._refuse(CASE WHEN p_claim THEN 'claim it' ELSE 'write under it' END,
+            'resource ' || to_json(p_resource)::text, rl);
+    END IF;
+    IF stored > p_token OR (p_claim AND stored = p_token) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PF001',
+            MESSAGE = format('pgleader: resource %s fenced: %s, stored fence is %s', to_json(p_resource),
+                CASE WHEN p_claim THEN format('claim of token %s refused', p_token)
+                     ELSE format('token %s is stale', p_token) END,
+                stored),
+            DETAIL = format('%s token %s, stored fence %s',
+                CASE WHEN p_claim THEN 'claim' ELSE 'stale' END, p_token, stored),
+            HINT = 'A newer term (or another holder of this token) took the resource; roll back and stop writing as this term.';
+    END IF;
+    IF stored < p_token OR rl IS NULL THEN
+        UPDATE pgleader.fence AS f
+           SET token = greatest(f.token, p_token), updated_at = clock_timestamp(), role = coalesce(f.role, pgleader._caller())
+         WHERE f.resource = p_resource;
+    END IF;
+END
+$function$;
+
+-- function pgleader._grace(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._grace(OUT grace_until timestamp with time zone, OUT max_ttl interval, OUT max_clock_offset interval)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    k record := pgleader._settings_lock();
+BEGIN
+    IF pg_try_advisory_xact_lock_shared(k.classid, k.objid)
+       AND current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT s.max_ttl, s.max_clock_offset INTO max_ttl, max_clock_offset FROM pgleader.settings AS s;
+    ELSE
+        SELECT s.max_ttl, s.max_clock_offset INTO max_ttl, max_clock_offset FROM pgleader.settings AS s FOR SHARE;
+    END IF;
+    IF NOT FOUND THEN
+        max_ttl := interval '10 minutes';
+        max_clock_offset := interval '1 second';
+    END IF;
+    SELECT e.grace_until INTO grace_until FROM pgleader.server_epoch AS e;
+    IF NOT FOUND THEN
+        INSERT INTO pgleader.server_epoch AS e (noticed_at, grace_until)
+        VALUES (clock_timestamp(), clock_timestamp() + max_ttl)
+        ON CONFLICT (only_row) DO NOTHING;
+        IF FOUND THEN
+            PERFORM pgleader._epoch_bump();
+        END IF;
+        SELECT e.grace_until INTO STRICT grace_until FROM pgleader.server_epoch AS e;
+    END IF;
+END
+$function$;
+
+-- function pgleader._grace_peek(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._grace_peek(OUT grace_until timestamp with time zone, OUT max_ttl interval, OUT max_clock_offset interval)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    SELECT s.max_ttl, s.max_clock_offset INTO max_ttl, max_clock_offset FROM pgleader.settings AS s;
+    IF NOT FOUND THEN
+        max_ttl := interval '10 minutes';
+        max_clock_offset := interval '1 second';
+    END IF;
+    SELECT e.grace_until INTO grace_until FROM pgleader.server_epoch AS e;
+    IF NOT FOUND THEN
+        grace_until := clock_timestamp() + max_ttl;
+    END IF;
+END
+$function$;
+
+-- function pgleader._lease_draw(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._lease_draw()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    e bigint := pgleader._epoch();
+    was bigint := greatest(OLD.token, coalesce(OLD.token_min, 0));
+BEGIN
+    IF e >= 4194304 THEN
+        RAISE EXCEPTION 'pgleader: no token epoch left: key % cannot draw a token', to_json(NEW.key)
+            USING ERRCODE = '22003',
+                  HINT = 'This cluster failed over 4194304 times; its tokens are used up. Recreate the schema and move every fence to a new resource.';
+    END IF;
+    IF OLD.token_min IS NOT NULL THEN
+        NEW.token := greatest(NEW.token, least(OLD.token_min, 9223372036854775806) + 1);
+        NEW.token_min := NULL;
+    END IF;
+    IF NEW.token = (e + 1) << 40 AND NEW.token = was + 1 THEN
+        RAISE EXCEPTION 'pgleader: key % has drawn every token of epoch %: its counter is at %', to_json(NEW.key), e, was
+            USING ERRCODE = '22003',
+                  HINT = format('A key draws fewer than 2^40 tokens per epoch, so that a server after a failover draws above them. Advance the key to %s or higher (pgleader.advance), or use another key.', (e + 1) << 40);
+    END IF;
+    RETURN NEW;
+END
+$function$;
+
+-- function pgleader._lock_row(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader._lock_row(p_key text)
+ RETURNS pgleader.lease
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    r pgleader.lease%ROWTYPE;
+BEGIN
+    FOR attempt IN 1..3 LOOP
+        INSERT INTO pgleader.lease AS l (key) VALUES (p_key) ON CONFLICT (key) DO NOTHING;
+        SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key FOR UPDATE;
+        IF FOUND THEN
+            RETURN r;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'pgleader: the lease row of key % was deleted concurrently 3 times', to_json(p_key)
+        USING ERRCODE = '40001', HINT = 'Nothing changed; try again.';
+END
+$function$;
+
+-- function pgleader._lock_settings(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._lock_settings()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    k record := pgleader._settings_lock();
+    have_advisory boolean := false;
+BEGIN
+    FOR i IN 1..500 LOOP
+        IF NOT have_advisory THEN
+            have_advisory := pg_try_advisory_xact_lock(k.classid, k.objid);
+        END IF;
+        IF have_advisory THEN
+            BEGIN
+                PERFORM 1 FROM pgleader.settings AS s FOR UPDATE NOWAIT;
+                RETURN;
+            EXCEPTION WHEN lock_not_available THEN
+                NULL; -- a lease operation's transaction still reads the row
+            END;
+        END IF;
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+    RAISE EXCEPTION 'pgleader: the settings are in use by lease operations whose transactions stayed open for 5 seconds'
+        USING ERRCODE = '55P03',
+              HINT = 'A lease operation (acquire, renew, a set''s tick, …) inside a long transaction holds them until it ends. Retry, or end that transaction (see pg_locks: locktype advisory, classid 1885826148, or a row lock on pgleader.settings).';
+END
+$function$;
+
+-- function pgleader._own(text,boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader._own(p_role text, p_steer boolean)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    c name;
+BEGIN
+    IF p_role IS NULL THEN
+        RETURN true;
+    END IF;
+    c := pgleader._caller();
+    IF p_role = c THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles AS ro WHERE ro.rolname = p_role AND pg_has_role(c, ro.oid, 'USAGE')) THEN
+        RETURN true;
+    END IF;
+    RETURN pgleader._privileged(p_steer);
+END
+$function$;
+
+-- function pgleader._privileged(boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader._privileged(p_steer boolean)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    c name := pgleader._caller();
+BEGIN
+    IF pg_has_role(c, (SELECT n.nspowner FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'pgleader'), 'USAGE') THEN
+        RETURN true;
+    END IF;
+    RETURN p_steer AND EXISTS (SELECT 1 FROM pgleader.steerer AS s
+                                 JOIN pg_catalog.pg_roles AS ro ON ro.rolname = s.role
+                                WHERE pg_has_role(c, ro.oid, 'USAGE'));
+END
+$function$;
+
+-- function pgleader._refuse(text,text,text); grants: none
+CREATE OR REPLACE FUNCTION pgleader._refuse(p_what text, p_name text, p_role text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    RAISE EXCEPTION 'pgleader: % belongs to role %; role % may not %', p_name, quote_ident(p_role),
+            quote_ident(pgleader._caller()), p_what
+        USING ERRCODE = '42501',
+              HINT = 'A key or fence belongs to the role that first acquired or claimed it. Use one of your own, or ask the schema''s owner (or a role given pgleader.grant_steer) to steer it.';
+END
+$function$;
+
+-- function pgleader._settings_lock(); grants: none
+CREATE OR REPLACE FUNCTION pgleader._settings_lock(OUT classid integer, OUT objid integer)
+ RETURNS record
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT 1885826148, 1
+$function$;
+
+-- function pgleader._term(text,timestamp with time zone,timestamp with time zone,text,integer,boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader._term(p_holder text DEFAULT NULL::text, p_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_value text DEFAULT NULL::text, p_priority integer DEFAULT 0, p_handed_off boolean DEFAULT false)
+ RETURNS TABLE(holder text, acquired_at timestamp with time zone, renewed_at timestamp with time zone, expires_at timestamp with time zone, value text, priority integer, handed_off boolean, resign_token bigint, transfer_to text)
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT p_holder,
+           CASE WHEN p_holder IS NOT NULL THEN p_at END,
+           CASE WHEN p_holder IS NOT NULL THEN p_at END,
+           CASE WHEN p_holder IS NOT NULL THEN p_expires_at END,
+           CASE WHEN p_holder IS NOT NULL THEN p_value END,
+           CASE WHEN p_holder IS NOT NULL THEN p_priority ELSE 0 END,
+           p_holder IS NOT NULL AND p_handed_off,
+           NULL::bigint,
+           NULL::text
+$function$;
+
+-- function pgleader.acquire(text,text,interval,bigint,text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.acquire(p_key text, p_owner text, p_ttl interval, p_floor bigint DEFAULT 0, p_value text DEFAULT NULL::text)
+ RETURNS TABLE(acquired boolean, holder text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone, value text)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT c.acquired, c.holder, c.token, c.expires_at, c.db_now, c.value
+      FROM pgleader.campaign(p_key, p_owner, p_ttl, p_floor, p_value, 0, NULL) AS c
+$function$;
+
+-- function pgleader.acquire_many(text[],text,interval,integer,bigint[]); grants: none
+CREATE OR REPLACE FUNCTION pgleader.acquire_many(p_keys text[], p_owner text, p_ttl interval, p_limit integer, p_floors bigint[] DEFAULT NULL::bigint[])
+ RETURNS TABLE(key text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    g record;
+    t timestamptz;
+    f bigint;
+    c name := pgleader._caller();
+    bad record;
+BEGIN
+    PERFORM pgleader._check_args('-', p_owner, p_ttl, true, true);
+    PERFORM pgleader._check_keys(p_keys, NULL, false);
+    IF p_limit IS NULL OR p_limit < 0 THEN
+        RAISE EXCEPTION 'pgleader: limit must be zero or positive, got %', coalesce(p_limit::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF p_floors IS NOT NULL THEN
+        IF array_ndims(p_floors) > 1 OR cardinality(p_floors) <> cardinality(p_keys) THEN
+            RAISE EXCEPTION 'pgleader: floors must be an array of one floor per key (% keys, % floors)',
+                cardinality(p_keys), cardinality(p_floors) USING ERRCODE = '22023';
+        END IF;
+        FOREACH f IN ARRAY p_floors LOOP
+            PERFORM pgleader._check_floor(f);
+        END LOOP;
+    END IF;
+    SELECT l.key, l.role INTO bad FROM pgleader.lease AS l
+     WHERE l.key = ANY (p_keys) AND l.role <> c AND NOT pgleader._own(l.role, false) LIMIT 1;
+    IF FOUND THEN
+        PERFORM pgleader._refuse('acquire it', 'key ' || to_json(bad.key)::text, bad.role);
+    END IF;
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+    IF p_limit = 0 OR cardinality(p_keys) = 0 OR clock_timestamp() < g.grace_until THEN
+        RETURN;
+    END IF;
+
+    -- Rows for keys never seen, inserted in key order so that concurrent
+    -- inserts of the same keys wait in one order.
+    INSERT INTO pgleader.lease AS l (key)
+    SELECT u.k FROM unnest(p_keys) AS u(k)
+     WHERE NOT EXISTS (SELECT 1 FROM pgleader.lease AS x WHERE x.key = u.k)
+     ORDER BY u.k
+    ON CONFLICT (key) DO NOTHING;
+
+    t := clock_timestamp();
+    RETURN QUERY
+    WITH want AS (
+        SELECT u.k, coalesce(u.f, 0) AS f FROM unnest(p_keys, p_floors) AS u(k, f) WHERE u.k IS NOT NULL
+    ), locked AS (
+        SELECT l.key, w.f
+          FROM pgleader.lease AS l JOIN want AS w ON w.k = l.key
+         WHERE (l.holder IS NULL OR l.expires_at <= t) AND l.token < 9223372036854775807
+           AND (l.role = c OR pgleader._own(l.role, false))
+         ORDER BY l.key
+         LIMIT p_limit
+           FOR UPDATE OF l SKIP LOCKED
+    ), won AS (
+        UPDATE pgleader.lease AS l
+           SET token = greatest(l.token, k.f) + 1, role = coalesce(l.role, c),
+               (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+                 = (SELECT * FROM pgleader._term(p_owner, t, t + p_ttl))
+          FROM locked AS k
+         WHERE l.key = k.key AND (l.holder IS NULL OR l.expires_at <= t)
+        RETURNING l.key, l.token, l.expires_at
+    )
+    SELECT won.key, won.token, won.expires_at, t FROM won ORDER BY won.key;
+END
+$function$;
+
+-- function pgleader.advance(text,bigint); grants: none
+CREATE OR REPLACE FUNCTION pgleader.advance(p_key text, p_floor bigint)
+ RETURNS TABLE(advanced boolean, token bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    r pgleader.lease%ROWTYPE;
+    g record;
+BEGIN
+    PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
+    PERFORM pgleader._check_floor(p_floor);
+    g := pgleader._grace();
+
+    r := pgleader._lock_row(p_key);
+    IF NOT pgleader._own(r.role, true) THEN
+        PERFORM pgleader._refuse('advance it', 'key ' || to_json(p_key)::text, r.role);
+    END IF;
+
+    IF (r.holder IS NOT NULL AND r.expires_at > clock_timestamp()) OR clock_timestamp() < g.grace_until THEN
+        RETURN QUERY SELECT false, r.token;
+        RETURN;
+    END IF;
+
+    UPDATE pgleader.lease AS l
+       SET token = greatest(l.token, p_floor),
+           (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
+     WHERE l.key = p_key
+    RETURNING l.token INTO r.token;
+    RETURN QUERY SELECT true, r.token;
+END
+$function$;
+
+-- function pgleader.campaign(text,text,interval,bigint,text,integer,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.campaign(p_key text, p_owner text, p_ttl interval, p_floor bigint, p_value text, p_priority integer, p_candidate interval)
+ RETURNS TABLE(acquired boolean, holder text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone, value text, acquired_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    r pgleader.lease%ROWTYPE;
+    g record;
+    t timestamptz;
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_owner, p_ttl, true, true);
+    PERFORM pgleader._check_floor(p_floor);
+    PERFORM pgleader._check_value(p_value);
+    PERFORM pgleader._check_candidate(p_candidate, p_priority);
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+
+    r := pgleader._lock_row(p_key);
+    IF NOT pgleader._own(r.role, false) THEN
+        PERFORM pgleader._refuse('acquire it', 'key ' || to_json(p_key)::text, r.role);
+    END IF;
+    t := clock_timestamp();
+
+    IF r.holder = p_owner AND r.handed_off AND r.expires_at > t AND t >= g.grace_until THEN
+        UPDATE pgleader.lease AS l
+           SET renewed_at = t, expires_at = t + p_ttl, handed_off = false
+         WHERE l.key = p_key
+        RETURNING l.token, l.expires_at, l.value INTO r.token, r.expires_at, r.value;
+        DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND c.owner = p_owner;
+        RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, r.value, r.acquired_at;
+        RETURN;
+    END IF;
+    IF (r.holder IS NOT NULL AND r.expires_at > t) OR t < g.grace_until THEN
+        IF p_candidate IS NOT NULL AND r.holder IS DISTINCT FROM p_owner THEN
+            INSERT INTO pgleader.candidate AS c (key, owner, priority, value, registered_at, expires_at)
+            VALUES (p_key, p_owner, p_priority, p_value, t, t + least(p_candidate, g.max_ttl))
+            ON CONFLICT (key, owner) DO UPDATE
+               SET priority = excluded.priority, value = excluded.value, expires_at = excluded.expires_at,
+                   registered_at = CASE WHEN c.expires_at > t THEN c.registered_at ELSE excluded.registered_at END;
+        END IF;
+        IF r.holder IS NOT NULL AND r.expires_at > t THEN
+            RETURN QUERY SELECT false, r.holder, r.token, r.expires_at, t, r.value, r.acquired_at;
+        ELSE
+            RETURN QUERY SELECT false, 'pgleader.grace'::text, r.token, g.grace_until, t, NULL::text, NULL::timestamptz;
+        END IF;
+        RETURN;
+    END IF;
+    IF r.token = 9223372036854775807 THEN
+        RAISE EXCEPTION 'pgleader: key % has no token left: its counter is at %, the largest bigint', to_json(p_key), r.token
+            USING ERRCODE = '22003',
+                  HINT = 'No pgleader function sets a counter this high; it was set by hand. Tokens never go down: use another key.';
+    END IF;
+
+    UPDATE pgleader.lease AS l
+       SET token = greatest(l.token, p_floor) + 1, role = coalesce(l.role, pgleader._caller()),
+           (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term(p_owner, t, t + p_ttl, p_value, p_priority))
+     WHERE l.key = p_key
+    RETURNING l.token, l.expires_at INTO r.token, r.expires_at;
+    DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND (c.owner = p_owner OR c.expires_at <= t);
+
+    RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, p_value, t;
+END
+$function$;
+
+-- function pgleader.candidates(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.candidates(p_key text)
+ RETURNS TABLE(owner text, priority integer, registered_at timestamp with time zone, expires_at timestamp with time zone, value text, db_now timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    t timestamptz := clock_timestamp();
+BEGIN
+    PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
+    RETURN QUERY
+        SELECT c.owner, c.priority, c.registered_at, c.expires_at, c.value, t
+          FROM pgleader.candidate AS c
+         WHERE c.key = p_key AND c.expires_at > t
+         ORDER BY c.priority DESC, c.registered_at, c.owner;
+END
+$function$;
+
+-- function pgleader.fence_claim(text,bigint); grants: none
+CREATE OR REPLACE FUNCTION pgleader.fence_claim(p_resource text, p_token bigint)
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT pgleader._fence_take(p_resource, p_token, true)
+$function$;
+
+-- function pgleader.fence_floor(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.fence_floor(p_resource text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM pgleader._fence_check(p_resource, NULL, false);
+    RETURN coalesce((SELECT f.token FROM pgleader.fence AS f WHERE f.resource = p_resource), 0);
+END
+$function$;
+
+-- function pgleader.fence_trigger(); grants: none
+CREATE OR REPLACE FUNCTION pgleader.fence_trigger()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    col text := TG_ARGV[0];
+    old_row jsonb := to_jsonb(OLD);
+    stored bigint;
+    token bigint;
+BEGIN
+    IF NOT old_row ? col THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '42703',
+            MESSAGE = format('pgleader: table %s has no column %s, which its fence trigger %s guards',
+                format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), to_json(col), to_json(TG_NAME)),
+            HINT = 'The fence column was renamed: install the fence trigger again on its new name with pgleader.install_fence_trigger, and drop this one.',
+            SCHEMA = TG_TABLE_SCHEMA,
+            TABLE = TG_TABLE_NAME;
+    END IF;
+    stored := (old_row ->> col)::bigint;
+    token := (to_jsonb(NEW) ->> col)::bigint;
+    IF stored IS NULL OR token >= stored THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION USING
+        ERRCODE = 'PF001',
+        MESSAGE = format('pgleader: table %s fenced: token %s is stale, stored fence is %s (column %s)',
+            format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), coalesce(token::text, 'NULL'), stored, quote_ident(col)),
+        DETAIL = format('stale token %s, stored fence %s', coalesce(token::text, 'NULL'), stored),
+        HINT = 'An update must not lower the fence column: a newer term has written this row.',
+        SCHEMA = TG_TABLE_SCHEMA,
+        TABLE = TG_TABLE_NAME,
+        COLUMN = col;
+END
+$function$;
+
+-- function pgleader.fence_write(text,bigint); grants: none
+CREATE OR REPLACE FUNCTION pgleader.fence_write(p_resource text, p_token bigint)
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT pgleader._fence_take(p_resource, p_token, false)
+$function$;
+
+-- function pgleader.grace(); grants: none
+CREATE OR REPLACE FUNCTION pgleader.grace()
+ RETURNS TABLE(in_grace boolean, grace_until timestamp with time zone, max_ttl interval, max_clock_offset interval, db_now timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    g record;
+    t timestamptz;
+BEGIN
+    g := pgleader._grace();
+    t := clock_timestamp();
+    RETURN QUERY SELECT t < g.grace_until, g.grace_until, g.max_ttl, g.max_clock_offset, t;
+END
+$function$;
+
+-- function pgleader.grant_steer(name); grants: none
+CREATE OR REPLACE FUNCTION pgleader.grant_steer(p_role name)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM pgleader.grant_usage(p_role);
+    INSERT INTO pgleader.steerer AS s (role, granted_at) VALUES (p_role, clock_timestamp())
+    ON CONFLICT (role) DO NOTHING;
+END
+$function$;
+
+-- function pgleader.grant_usage(name,regclass); grants: none
+CREATE OR REPLACE FUNCTION pgleader.grant_usage(p_role name, p_history regclass DEFAULT NULL::regclass)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    owner oid;
+    f regprocedure;
+BEGIN
+    IF p_role IS NULL OR p_role = '' THEN
+        RAISE EXCEPTION 'pgleader: role must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles AS r WHERE r.rolname = p_role) THEN
+        RAISE EXCEPTION 'pgleader: role % does not exist', quote_ident(p_role) USING ERRCODE = '42704';
+    END IF;
+    SELECT n.nspowner INTO owner FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'pgleader';
+    IF NOT pg_has_role(current_user, owner, 'USAGE') THEN
+        RAISE EXCEPTION 'pgleader: only the owner of the schema pgleader (%) may grant its use, not %',
+            quote_ident(pg_get_userbyid(owner)), quote_ident(current_user) USING ERRCODE = '42501';
+    END IF;
+    EXECUTE format('GRANT USAGE ON SCHEMA pgleader TO %I', p_role);
+    IF p_role <> pg_get_userbyid(owner) THEN
+        EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA pgleader FROM %I', p_role);
+        EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgleader FROM %I', p_role);
+    END IF;
+    FOR f IN SELECT * FROM pgleader._app_functions() LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, p_role);
+    END LOOP;
+    IF p_history IS NOT NULL THEN
+        EXECUTE format('GRANT SELECT ON TABLE %s TO %I', p_history, p_role);
+    END IF;
+END
+$function$;
+
+-- function pgleader.hand_off(text,text,bigint,text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.hand_off(p_key text, p_owner text, p_token bigint, p_to text DEFAULT NULL::text)
+ RETURNS TABLE(released boolean, successor text, token bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    r pgleader.lease%ROWTYPE;
+    c pgleader.candidate%ROWTYPE;
+    g record;
+    t timestamptz;
+    target text;
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_owner, NULL, true, false);
+    IF p_to IS NOT NULL THEN
+        PERFORM pgleader._check_args(p_key, p_to, NULL, true, false);
+    END IF;
+    g := pgleader._grace();
+
+    SELECT * INTO r FROM pgleader.lease AS l
+     WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR UPDATE;
+    IF FOUND AND NOT pgleader._own(r.role, false) THEN
+        PERFORM pgleader._refuse('hand it off', 'key ' || to_json(p_key)::text, r.role);
+    END IF;
+    IF NOT FOUND THEN
+        PERFORM pgleader._check_key_role(p_key, 'hand it off', false);
+        RETURN QUERY SELECT false, NULL::text, coalesce((SELECT l.token FROM pgleader.lease AS l WHERE l.key = p_key), 0::bigint);
+        RETURN;
+    END IF;
+    t := clock_timestamp();
+    target := coalesce(p_to, r.transfer_to);
+
+    IF t >= g.grace_until AND r.token < 9223372036854775807 THEN
+        SELECT * INTO c FROM pgleader.candidate AS k
+         WHERE k.key = p_key AND k.owner <> p_owner AND k.expires_at > t
+         ORDER BY k.owner IS NOT DISTINCT FROM target DESC, k.priority DESC, k.registered_at, k.owner
+         LIMIT 1
+         FOR UPDATE;
+        IF FOUND THEN
+            UPDATE pgleader.lease AS l
+               SET token = l.token + 1,
+                   (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+                     = (SELECT * FROM pgleader._term(c.owner, t, least(c.expires_at, t + g.max_ttl), c.value, c.priority, true))
+             WHERE l.key = p_key
+            RETURNING l.token INTO r.token;
+            DELETE FROM pgleader.candidate AS k
+             WHERE k.key = p_key AND (k.owner = c.owner OR k.owner = p_owner OR k.expires_at <= t);
+            RETURN QUERY SELECT true, c.owner, r.token;
+            RETURN;
+        END IF;
+    END IF;
+
+    UPDATE pgleader.lease AS l
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
+     WHERE l.key = p_key;
+    DELETE FROM pgleader.candidate AS k WHERE k.key = p_key AND (k.owner = p_owner OR k.expires_at <= t);
+    RETURN QUERY SELECT true, NULL::text, r.token;
+END
+$function$;
+
+-- function pgleader.hint_handoff(text,bigint); grants: none
+CREATE OR REPLACE FUNCTION pgleader.hint_handoff(p_key text, p_ended bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
+    PERFORM pg_notify('pgleader', CASE
+        WHEN l.holder IS NOT NULL AND l.handed_off AND l.token > p_ended
+        THEN 'handoff ' || octet_length(l.holder) || ' ' || l.holder || ' ' || p_key
+        ELSE 'release 0 ' || p_key END)
+      FROM (SELECT 1) AS one LEFT JOIN pgleader.lease AS l ON l.key = p_key;
+END
+$function$;
+
+-- function pgleader.holds(text,bigint); grants: none
+CREATE OR REPLACE FUNCTION pgleader.holds(p_key text, p_token bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT EXISTS (
+        SELECT 1 FROM pgleader.lease AS l
+         WHERE l.key = p_key AND l.token = p_token
+           AND l.holder IS NOT NULL AND l.expires_at > clock_timestamp())
+$function$;
+
+-- function pgleader.install_fence_trigger(regclass,name); grants: none
+CREATE OR REPLACE FUNCTION pgleader.install_fence_trigger(p_table regclass, p_column name)
+ RETURNS name
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    typ regtype;
+    trg text;
+BEGIN
+    IF p_table IS NULL THEN
+        RAISE EXCEPTION 'pgleader: table must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    IF p_column IS NULL OR p_column = '' THEN
+        RAISE EXCEPTION 'pgleader: column must not be empty' USING ERRCODE = '22023';
+    END IF;
+    SELECT a.atttypid::regtype INTO typ
+      FROM pg_catalog.pg_attribute AS a
+     WHERE a.attrelid = p_table AND a.attname = p_column AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgleader: table % has no column %', p_table, quote_ident(p_column) USING ERRCODE = '42703';
+    END IF;
+    IF typ NOT IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype) THEN
+        RAISE EXCEPTION 'pgleader: fence column % of table % is %, not an integer type', quote_ident(p_column), p_table, typ
+            USING ERRCODE = '42804';
+    END IF;
+
+    trg := 'pgleader_fence_' || p_column;
+    IF octet_length(trg) > 63 THEN
+        trg := 'pgleader_fence_' || md5(p_column);
+    END IF;
+    -- p_table prints schema-qualified whenever the pinned search_path would
+    -- not find it, so the statements name the caller's table.
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger AS tg WHERE tg.tgrelid = p_table AND tg.tgname = trg) THEN
+        EXECUTE format('DROP TRIGGER %I ON %s', trg, p_table);
+    END IF;
+    EXECUTE format(
+        'CREATE TRIGGER %I AFTER UPDATE ON %s FOR EACH ROW'
+        ' WHEN (OLD.%I IS NOT NULL AND (NEW.%I >= OLD.%I) IS NOT TRUE)'
+        ' EXECUTE FUNCTION pgleader.fence_trigger(%L)',
+        trg, p_table, p_column, p_column, p_column, p_column);
+    RETURN trg;
+END
+$function$;
+
+-- function pgleader.lease(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.lease(p_key text)
+ RETURNS TABLE(holder text, token bigint, acquired_at timestamp with time zone, renewed_at timestamp with time zone, expires_at timestamp with time zone, db_now timestamp with time zone, value text)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    t timestamptz := clock_timestamp();
+BEGIN
+    PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
+    RETURN QUERY
+        SELECT CASE WHEN l.expires_at > t THEN l.holder END,
+               coalesce(l.token, 0),
+               CASE WHEN l.expires_at > t THEN l.acquired_at END,
+               CASE WHEN l.expires_at > t THEN l.renewed_at END,
+               CASE WHEN l.expires_at > t THEN l.expires_at END,
+               t,
+               CASE WHEN l.expires_at > t THEN l.value END
+          FROM (SELECT 1) AS one
+          LEFT JOIN pgleader.lease AS l ON l.key = p_key;
+END
+$function$;
+
+-- function pgleader.lease_guard(text,bigint); grants: none
+CREATE OR REPLACE FUNCTION pgleader.lease_guard(p_key text, p_token bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    r pgleader.lease%ROWTYPE;
+    g record;
+    t timestamptz;
+    why text;
+BEGIN
+    PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
+    IF p_token IS NULL OR p_token < 1 THEN
+        RAISE EXCEPTION 'pgleader: token must be positive, got %', coalesce(p_token::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    g := pgleader._grace_peek();
+
+    SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key FOR KEY SHARE;
+    IF FOUND AND NOT pgleader._own(r.role, false) THEN
+        PERFORM pgleader._refuse('guard a transaction with it', 'key ' || to_json(p_key)::text, r.role);
+    END IF;
+    t := clock_timestamp();
+
+    why := CASE
+        WHEN r.key IS NULL THEN 'the key has no lease'
+        WHEN r.token <> p_token THEN format('the lease is at token %s', r.token)
+        WHEN r.holder IS NULL THEN 'the lease was released'
+        WHEN r.expires_at <= t THEN format('the lease expired at %s; the database clock is %s', r.expires_at, t)
+        WHEN t < g.grace_until AND r.expires_at <= t + g.max_clock_offset THEN
+            format('the server is in its grace until %s and the lease expires at %s, within max_clock_offset %s',
+                g.grace_until, r.expires_at, g.max_clock_offset)
+    END;
+    IF why IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PF002',
+            MESSAGE = format('pgleader: lease %s is not held by token %s', to_json(p_key), p_token),
+            DETAIL = why,
+            HINT = 'This term has ended; roll back and stop writing as this term.';
+    END IF;
+END
+$function$;
+
+-- function pgleader.leases(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.leases(p_prefix text DEFAULT ''::text)
+ RETURNS TABLE(key text, role text, holder text, token bigint, acquired_at timestamp with time zone, renewed_at timestamp with time zone, expires_at timestamp with time zone, db_now timestamp with time zone, value text)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := clock_timestamp();
+BEGIN
+    IF p_prefix IS NULL THEN
+        RAISE EXCEPTION 'pgleader: prefix must not be NULL (use '''' for every key)' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+        SELECT l.key, l.role,
+               CASE WHEN l.expires_at > t THEN l.holder END,
+               l.token,
+               CASE WHEN l.expires_at > t THEN l.acquired_at END,
+               CASE WHEN l.expires_at > t THEN l.renewed_at END,
+               CASE WHEN l.expires_at > t THEN l.expires_at END,
+               t,
+               CASE WHEN l.expires_at > t THEN l.value END
+          FROM pgleader.lease AS l
+         WHERE starts_with(l.key, p_prefix)
+         ORDER BY l.key;
+END
+$function$;
+
+-- function pgleader.notify(text,text,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.notify(p_event text, p_key text, p_ttl interval DEFAULT NULL::interval)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_event IS NULL OR p_event NOT IN ('acquire', 'release') THEN
+        RAISE EXCEPTION 'pgleader: event must be acquire or release, got %', coalesce(to_json(p_event)::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
+    IF p_ttl < interval '0' THEN
+        RAISE EXCEPTION 'pgleader: ttl must not be negative, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    PERFORM pg_notify('pgleader',
+        p_event || ' ' || coalesce(floor(extract(epoch FROM p_ttl) * 1000000)::bigint, 0) || ' ' || p_key);
+END
+$function$;
+
+-- function pgleader.release(text,text,bigint); grants: none
+CREATE OR REPLACE FUNCTION pgleader.release(p_key text, p_owner text, p_token bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    c name := pgleader._caller();
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_owner, NULL, true, false);
+
+    UPDATE pgleader.lease AS l
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
+     WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
+       AND (l.role = c OR pgleader._own(l.role, false));
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    PERFORM pgleader._check_key_role(p_key, 'release it', false);
+    RETURN false;
+END
+$function$;
+
+-- function pgleader.release_many(text,text[],bigint[]); grants: none
+CREATE OR REPLACE FUNCTION pgleader.release_many(p_owner text, p_keys text[], p_tokens bigint[])
+ RETURNS TABLE(key text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    c name := pgleader._caller();
+BEGIN
+    PERFORM pgleader._check_args('-', p_owner, NULL, true, false);
+    PERFORM pgleader._check_keys(p_keys, p_tokens, true);
+
+    RETURN QUERY
+    UPDATE pgleader.lease AS l
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
+      FROM unnest(p_keys, p_tokens) AS u(k, tok)
+     WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
+       AND (l.role = c OR pgleader._own(l.role, false))
+    RETURNING l.key;
+END
+$function$;
+
+-- function pgleader.renew(text,text,bigint,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.renew(p_key text, p_owner text, p_token bigint, p_ttl interval)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT r.expires_at FROM pgleader.renew_term(p_key, p_owner, p_token, p_ttl) AS r
+$function$;
+
+-- function pgleader.renew_many(text,text[],bigint[],interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.renew_many(p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval)
+ RETURNS TABLE(key text, expires_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    g record;
+    c name := pgleader._caller();
+BEGIN
+    PERFORM pgleader._check_args('-', p_owner, p_ttl, true, true);
+    PERFORM pgleader._check_keys(p_keys, p_tokens, true);
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+
+    RETURN QUERY
+    UPDATE pgleader.lease AS l
+       SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl, role = coalesce(l.role, c)
+      FROM unnest(p_keys, p_tokens) AS u(k, tok)
+     WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
+       AND l.expires_at > clock_timestamp()
+       AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)
+       AND (l.role = c OR pgleader._own(l.role, false))
+    RETURNING l.key, l.expires_at;
+END
+$function$;
+
+-- function pgleader.renew_term(text,text,bigint,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.renew_term(p_key text, p_owner text, p_token bigint, p_ttl interval)
+ RETURNS TABLE(expires_at timestamp with time zone, resign boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    c name := pgleader._caller();
+    g record;
+    e timestamptz;
+    rs boolean;
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_owner, p_ttl, true, true);
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+
+    UPDATE pgleader.lease AS l
+       SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl, handed_off = false,
+           role = coalesce(l.role, c)
+     WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
+       AND l.expires_at > clock_timestamp()
+       AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)
+       AND (l.role = c OR pgleader._own(l.role, false))
+    RETURNING l.expires_at, coalesce(l.resign_token = p_token, false) INTO e, rs;
+    IF NOT FOUND THEN
+        PERFORM pgleader._check_key_role(p_key, 'renew it', false);
+    END IF;
+    RETURN QUERY SELECT e, coalesce(rs, false);
+END
+$function$;
+
+-- function pgleader.renew_term(text,text,bigint,interval,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.renew_term(p_key text, p_owner text, p_token bigint, p_ttl interval, p_min_term interval)
+ RETURNS TABLE(expires_at timestamp with time zone, resign boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    c name := pgleader._caller();
+    g record;
+    t timestamptz;
+    e timestamptz;
+    rs boolean;
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_owner, p_ttl, true, true);
+    IF p_min_term < interval '0' THEN
+        RAISE EXCEPTION 'pgleader: min_term must not be negative, got %', p_min_term USING ERRCODE = '22023';
+    END IF;
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+    t := clock_timestamp();
+
+    UPDATE pgleader.lease AS l
+       SET renewed_at = t, expires_at = t + p_ttl, handed_off = false, role = coalesce(l.role, c)
+     WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
+       AND l.expires_at > t
+       AND (t >= g.grace_until OR l.expires_at > t + g.max_clock_offset)
+       AND (l.role = c OR pgleader._own(l.role, false))
+    RETURNING l.expires_at,
+              coalesce(l.resign_token = p_token, false)
+              OR (p_min_term IS NOT NULL AND t - l.acquired_at >= p_min_term
+                  AND EXISTS (SELECT 1 FROM pgleader.candidate AS c
+                               WHERE c.key = p_key AND c.owner <> p_owner
+                                 AND c.expires_at > t AND c.priority > l.priority))
+      INTO e, rs;
+    IF NOT FOUND THEN
+        PERFORM pgleader._check_key_role(p_key, 'renew it', false);
+    END IF;
+    RETURN QUERY SELECT e, coalesce(rs, false);
+END
+$function$;
+
+-- function pgleader.resign(text,bigint); grants: none
+CREATE OR REPLACE FUNCTION pgleader.resign(p_key text, p_token bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(resigned boolean, holder text, token bigint, detail text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    h text;
+    k bigint;
+BEGIN
+    PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
+    IF p_token IS NOT NULL AND p_token < 1 THEN
+        RAISE EXCEPTION 'pgleader: token must be positive, got %', p_token USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgleader._check_key_role(p_key, 'resign its term', true);
+
+    UPDATE pgleader.lease AS l
+       SET resign_token = l.token
+     WHERE l.key = p_key AND l.holder IS NOT NULL AND l.expires_at > clock_timestamp()
+       AND (p_token IS NULL OR l.token = p_token)
+       AND pgleader._own(l.role, true)
+    RETURNING l.holder, l.token INTO h, k;
+    IF FOUND THEN
+        RETURN QUERY SELECT true, h, k, format('term %s of %s will end at its next renewal', k, h);
+        RETURN;
+    END IF;
+
+    SELECT CASE WHEN l.expires_at > clock_timestamp() THEN l.holder END, l.token INTO h, k
+      FROM pgleader.lease AS l WHERE l.key = p_key;
+    IF h IS NULL THEN
+        RETURN QUERY SELECT false, NULL::text, coalesce(k, 0::bigint), 'nobody holds the lease'::text;
+    ELSE
+        RETURN QUERY SELECT false, h, k, format('the lease is held by token %s, not %s', k, p_token);
+    END IF;
+END
+$function$;
+
+-- function pgleader.set_acquire(text,text,text[],interval,integer,integer,bigint[]); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_acquire(p_set text, p_owner text, p_keys text[], p_ttl interval, p_held integer, p_extra integer DEFAULT 0, p_floors bigint[] DEFAULT NULL::bigint[])
+ RETURNS TABLE(keys text[], tokens bigint[], expires_at timestamp with time zone[], members integer, db_now timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    m integer;
+    n integer;
+    lim integer;
+    c name := pgleader._caller();
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_owner, p_ttl, true, true);
+    PERFORM pgleader._check_keys(p_keys, NULL, false);
+    IF p_held IS NULL OR p_held < 0 OR p_extra IS NULL OR p_extra < 0 THEN
+        RAISE EXCEPTION 'pgleader: held and extra must be zero or positive, got % and %',
+            coalesce(p_held::text, 'NULL'), coalesce(p_extra::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    SELECT count(*) INTO m FROM pgleader.set_member AS s
+     WHERE s.set_name = p_set AND s.role = c AND (s.expires_at > clock_timestamp() OR s.owner = p_owner);
+    IF NOT EXISTS (SELECT 1 FROM pgleader.set_member AS s WHERE s.set_name = p_set AND s.role = c AND s.owner = p_owner) THEN
+        m := m + 1;
+    END IF;
+    n := p_held + cardinality(p_keys);
+    lim := least(greatest((n + m - 1) / m - p_held, 0) + p_extra, cardinality(p_keys));
+    RETURN QUERY
+    SELECT coalesce(array_agg(a.key ORDER BY a.key), '{}'), coalesce(array_agg(a.token ORDER BY a.key), '{}'),
+           coalesce(array_agg(a.expires_at ORDER BY a.key), '{}'), m, clock_timestamp()
+      FROM pgleader.acquire_many(p_keys, p_owner, p_ttl, lim, p_floors) AS a;
+END
+$function$;
+
+-- function pgleader.set_max_clock_offset(interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_max_clock_offset(p_offset interval)
+ RETURNS interval
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    old interval;
+BEGIN
+    IF p_offset IS NULL OR p_offset < interval '0' OR p_offset > interval '1 hour' THEN
+        RAISE EXCEPTION 'pgleader: max_clock_offset must be between 0 and 1 hour, got %', coalesce(p_offset::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgleader._lock_settings();
+    SELECT s.max_clock_offset INTO old FROM pgleader.settings AS s FOR UPDATE;
+    UPDATE pgleader.settings AS s SET max_clock_offset = p_offset;
+    RETURN old;
+END
+$function$;
+
+-- function pgleader.set_max_ttl(interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_max_ttl(p_max_ttl interval)
+ RETURNS interval
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    old interval;
+    k text;
+    longest interval;
+BEGIN
+    IF p_max_ttl IS NULL OR p_max_ttl < interval '100 milliseconds' OR p_max_ttl > interval '24 hours' THEN
+        RAISE EXCEPTION 'pgleader: max_ttl must be between 100 milliseconds and 24 hours, got %', coalesce(p_max_ttl::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgleader._lock_settings();
+    SELECT s.max_ttl INTO old FROM pgleader.settings AS s FOR UPDATE;
+    SELECT l.key, l.expires_at - l.renewed_at INTO k, longest
+      FROM pgleader.lease AS l
+     WHERE l.holder IS NOT NULL AND l.expires_at > clock_timestamp()
+     ORDER BY l.expires_at - l.renewed_at DESC LIMIT 1;
+    IF longest > p_max_ttl THEN
+        RAISE EXCEPTION 'pgleader: max_ttl % is below the TTL % of the term holding key %', p_max_ttl, longest, to_json(k)
+            USING ERRCODE = '55000',
+                  HINT = 'Stop using the longer TTL and wait for that term to end, then lower max_ttl.';
+    END IF;
+    UPDATE pgleader.settings AS s SET max_ttl = p_max_ttl;
+    RETURN old;
+END
+$function$;
+
+-- function pgleader.set_release(text,text,text[],bigint[],boolean); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_release(p_set text, p_owner text, p_keys text[], p_tokens bigint[], p_leave boolean)
+ RETURNS TABLE(key text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    c name := pgleader._caller();
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_owner, NULL, true, false);
+    PERFORM pgleader._check_keys(p_keys, p_tokens, true);
+    IF p_leave IS NULL THEN
+        RAISE EXCEPTION 'pgleader: leave must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    IF p_leave THEN
+        DELETE FROM pgleader.set_member AS s
+         WHERE s.set_name = p_set AND s.role = c
+           AND (s.owner = p_owner OR s.expires_at < clock_timestamp() - interval '1 hour');
+    END IF;
+    RETURN QUERY SELECT * FROM pgleader.release_many(p_owner, p_keys, p_tokens);
+END
+$function$;
+
+-- function pgleader.set_renew(text,text,text[],bigint[],interval,integer); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_renew(p_set text, p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval, p_held integer)
+ RETURNS TABLE(renewed text[], expires_at timestamp with time zone[], members text[], member_held integer[], db_now timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    k text[];
+    e timestamptz[];
+    t timestamptz;
+    c name := pgleader._caller();
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_owner, p_ttl, true, true);
+    IF p_held IS NULL OR p_held < 0 THEN
+        RAISE EXCEPTION 'pgleader: held must be zero or positive, got %', coalesce(p_held::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(p_keys) > 0 THEN
+        SELECT coalesce(array_agg(r.key), '{}'), coalesce(array_agg(r.expires_at), '{}') INTO k, e
+          FROM pgleader.renew_many(p_owner, p_keys, p_tokens, p_ttl) AS r;
+    ELSE
+        PERFORM pgleader._check_keys(p_keys, p_tokens, true);
+        PERFORM pgleader._check_ttl(p_ttl, (pgleader._grace()).max_ttl);
+        k := '{}';
+        e := '{}';
+    END IF;
+    t := clock_timestamp();
+    INSERT INTO pgleader.set_member AS s (set_name, role, owner, held, joined_at, expires_at)
+    VALUES (p_set, c, p_owner, p_held, t, t + p_ttl)
+    ON CONFLICT (set_name, role, owner) DO UPDATE
+       SET held = excluded.held, expires_at = excluded.expires_at,
+           joined_at = CASE WHEN s.expires_at <= t THEN t ELSE s.joined_at END
+     WHERE s.held <> excluded.held OR s.expires_at < t + p_ttl / 2;
+    RETURN QUERY
+    SELECT k, e, coalesce(array_agg(s.owner ORDER BY s.owner), '{}'), coalesce(array_agg(s.held ORDER BY s.owner), '{}'), t
+      FROM pgleader.set_member AS s
+     WHERE s.set_name = p_set AND s.role = c AND s.expires_at > t;
+END
+$function$;
+
+-- function pgleader.set_status(text,text[]); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_status(p_set text, p_keys text[] DEFAULT NULL::text[])
+ RETURNS TABLE(owner text, member boolean, member_held integer, member_expires_at timestamp with time zone, leases integer, db_now timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    c name := pgleader._caller();
+    all_roles boolean := pgleader._privileged(true);
+BEGIN
+    PERFORM pgleader._check_args(p_set, NULL, NULL, false, false);
+    RETURN QUERY
+    WITH m AS (
+        SELECT s.owner, sum(s.held)::integer AS held, max(s.expires_at) AS expires_at FROM pgleader.set_member AS s
+         WHERE s.set_name = p_set AND s.expires_at > clock_timestamp()
+           AND (s.role = c
+                OR (all_roles AND s.role IN (SELECT l.role FROM pgleader.lease AS l WHERE l.key = ANY (p_keys))))
+         GROUP BY s.owner
+    ), h AS (
+        SELECT coalesce(l.holder, '') AS holder, count(*)::integer AS n
+          FROM unnest(coalesce(p_keys, '{}')) AS u(k)
+          LEFT JOIN pgleader.lease AS l ON l.key = u.k AND l.holder IS NOT NULL AND l.expires_at > clock_timestamp()
+         GROUP BY 1
+    )
+    SELECT coalesce(m.owner, h.holder), m.owner IS NOT NULL, m.held, m.expires_at, coalesce(h.n, 0), clock_timestamp()
+      FROM m FULL JOIN h ON h.holder = m.owner
+     ORDER BY 2 DESC, 1;
+END
+$function$;
+
+-- function pgleader.set_tick(text,text,text[],bigint[],interval,integer); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_tick(p_set text, p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval, p_held integer)
+ RETURNS TABLE(lost text[], expires_at timestamp with time zone, members text[], member_held integer[], db_now timestamp with time zone)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT (SELECT coalesce(array_agg(d.k), '{}')
+              FROM (SELECT u.k FROM unnest(p_keys) AS u(k)
+                    EXCEPT ALL
+                    SELECT r.k FROM unnest(s.renewed) AS r(k)) AS d),
+           (SELECT min(x.e) FROM unnest(s.expires_at) AS x(e)),
+           s.members, s.member_held, s.db_now
+      FROM pgleader.set_renew(p_set, p_owner, p_keys, p_tokens, p_ttl, p_held) AS s
+$function$;
+
+-- function pgleader.take(text,text,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.take(p_key text, p_owner text, p_ttl interval)
+ RETURNS TABLE(acquired boolean, holder text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone, value text, acquired_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    c name := pgleader._caller();
+    r pgleader.lease%ROWTYPE;
+    g record;
+    t timestamptz;
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_owner, p_ttl, true, true);
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+
+    t := clock_timestamp();
+    UPDATE pgleader.lease AS l
+       SET renewed_at = t, expires_at = t + p_ttl, handed_off = false
+     WHERE l.key = p_key AND l.holder = p_owner AND l.handed_off AND l.expires_at > t
+       AND t >= g.grace_until
+       AND (l.role = c OR pgleader._own(l.role, false))
+    RETURNING l.* INTO r;
+    IF FOUND THEN
+        DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND c.owner = p_owner;
+        RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, r.value, r.acquired_at;
+        RETURN;
+    END IF;
+    SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key;
+    IF NOT pgleader._own(r.role, false) THEN
+        PERFORM pgleader._refuse('take it', 'key ' || to_json(p_key)::text, r.role);
+    END IF;
+    IF r.holder IS NOT NULL AND r.expires_at > t THEN
+        RETURN QUERY SELECT false, r.holder, r.token, r.expires_at, t, r.value, r.acquired_at;
+    ELSE
+        RETURN QUERY SELECT false, NULL::text, coalesce(r.token, 0::bigint), NULL::timestamptz, t, NULL::text, NULL::timestamptz;
+    END IF;
+END
+$function$;
+
+-- function pgleader.take(text,text,interval,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.take(p_key text, p_owner text, p_ttl interval, p_keep interval)
+ RETURNS TABLE(acquired boolean, holder text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone, value text, acquired_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    r pgleader.lease%ROWTYPE;
+    g record;
+    t timestamptz;
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_owner, p_ttl, true, true);
+    IF p_keep IS NULL OR p_keep < interval '0' THEN
+        RAISE EXCEPTION 'pgleader: keep must be 0 or more, got %', coalesce(p_keep::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+
+    t := clock_timestamp();
+    SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key;
+    IF NOT pgleader._own(r.role, false) THEN
+        PERFORM pgleader._refuse('take it', 'key ' || to_json(p_key)::text, r.role);
+    END IF;
+    IF r.holder = p_owner AND r.handed_off AND r.expires_at > t AND r.expires_at >= t + p_keep
+       AND t >= g.grace_until THEN
+        RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, r.value, r.acquired_at;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM pgleader.take(p_key, p_owner, p_ttl);
+END
+$function$;
+
+-- function pgleader.transfer(text,text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.transfer(p_key text, p_to text)
+ RETURNS TABLE(transferring boolean, holder text, token bigint, detail text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    r pgleader.lease%ROWTYPE;
+    t timestamptz;
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_to, NULL, true, false);
+    PERFORM pgleader._check_key_role(p_key, 'transfer it', true);
+
+    SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key FOR UPDATE;
+    t := clock_timestamp();
+    IF NOT FOUND OR r.holder IS NULL OR r.expires_at <= t THEN
+        RETURN QUERY SELECT false, NULL::text, coalesce(r.token, 0::bigint), 'nobody holds the lease'::text;
+        RETURN;
+    END IF;
+    IF NOT pgleader._own(r.role, true) THEN
+        PERFORM pgleader._refuse('transfer it', 'key ' || to_json(p_key)::text, r.role);
+    END IF;
+    IF r.holder = p_to THEN
+        RETURN QUERY SELECT false, r.holder, r.token, format('%s already holds the lease', p_to);
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgleader.candidate AS c WHERE c.key = p_key AND c.owner = p_to AND c.expires_at > t) THEN
+        RAISE EXCEPTION 'pgleader: % is not a live candidate of key %', to_json(p_to), to_json(p_key)
+            USING ERRCODE = 'PF003',
+                  HINT = 'List the candidates with pgleader.candidates(key) or pgleader status; a candidate registers while it waits and listens.';
+    END IF;
+
+    UPDATE pgleader.lease AS l SET resign_token = l.token, transfer_to = p_to WHERE l.key = p_key;
+    RETURN QUERY SELECT true, r.holder, r.token,
+        format('term %s of %s will end at its next renewal and hand off to %s', r.token, r.holder, p_to);
+END
+$function$;
+
+-- function pgleader.withdraw(text,text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.withdraw(p_key text, p_owner text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_owner, NULL, true, false);
+    PERFORM pgleader._check_key_role(p_key, 'withdraw its candidates', false);
+    DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND c.owner = p_owner;
+    RETURN FOUND;
+END
+$function$;
