@@ -117,8 +117,8 @@ func (p *Postgres) HandOff(ctx context.Context, key, owner string, token int64, 
 // transaction: the successor's name is known only once hand_off ran, and
 // both go out in one write. A row handed off above the ended term's token
 // is the hand-off: its token is token + 1, or more when a move to a new
-// token epoch (migrations/0008) raised the draw while the term held on.
-// hint_handoff (migrations/0013) reads the row as the schema's owner: the
+// token epoch raised the draw while the term held on.
+// hint_handoff reads the row as the schema's owner: the
 // application role has no privilege on the table.
 const handOffHint = `SELECT pgleader.hint_handoff($1, $2)`
 
