@@ -1206,9 +1206,9 @@ END
 $$;
 
 -- notify sends a hint on the channel 'pgleader' that a key's lease was
--- acquired (p_event 'acquire', with its TTL) or released ('release'). The
--- payload is "<event> <ttl in microseconds, 0 when NULL> <key>", the key last
--- so it may hold spaces; it is delivered when the transaction commits.
+-- acquired (p_event 'acquire') or released ('release'). The payload is
+-- "<event> <key>", the key last so it may hold spaces; it is delivered when
+-- the transaction commits.
 --
 -- It is a hint only: anyone who can connect can notify this channel, and a
 -- listener must read the lease before it believes anything. Call it in its
@@ -1216,7 +1216,7 @@ $$;
 -- failure: a commit that notifies takes a cluster-wide lock and fails when
 -- the notification queue is full, which must never fail or delay a lease
 -- operation.
-CREATE FUNCTION pgleader.notify(p_event text, p_key text, p_ttl interval DEFAULT NULL)
+CREATE FUNCTION pgleader.notify(p_event text, p_key text)
 RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -1227,11 +1227,7 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
-    IF p_ttl < interval '0' THEN
-        RAISE EXCEPTION 'pgleader: ttl must not be negative, got %', p_ttl USING ERRCODE = '22023';
-    END IF;
-    PERFORM pg_notify('pgleader',
-        p_event || ' ' || coalesce(floor(extract(epoch FROM p_ttl) * 1000000)::bigint, 0) || ' ' || p_key);
+    PERFORM pg_notify('pgleader', p_event || ' ' || p_key);
 END
 $$;
 
@@ -1406,7 +1402,7 @@ $$;
 
 -- hint_handoff sends the hand-off's hint, after hand_off committed, from
 -- the row it left: "handoff <bytes of successor> <successor> <key>" when the
--- row is handed off above the ended term's token p_ended, else "release 0
+-- row is handed off above the ended term's token p_ended, else "release
 -- <key>". A hint only, as every notification: anyone may send one.
 CREATE FUNCTION pgleader.hint_handoff(p_key text, p_ended bigint)
 RETURNS void
@@ -1418,7 +1414,7 @@ BEGIN
     PERFORM pg_notify('pgleader', CASE
         WHEN l.holder IS NOT NULL AND l.handed_off AND l.token > p_ended
         THEN 'handoff ' || octet_length(l.holder) || ' ' || l.holder || ' ' || p_key
-        ELSE 'release 0 ' || p_key END)
+        ELSE 'release ' || p_key END)
       FROM (SELECT 1) AS one LEFT JOIN pgleader.lease AS l ON l.key = p_key;
 END
 $$;

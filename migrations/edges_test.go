@@ -188,10 +188,9 @@ func TestNotifyHint(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	l := listen(t, db)
-	mustExec(t, db.Pool, `SELECT pgleader.notify('acquire', 'a key', '2.5 seconds')`)
+	mustExec(t, db.Pool, `SELECT pgleader.notify('acquire', 'a key')`)
 	mustExec(t, db.Pool, `SELECT pgleader.notify('release', 'k')`)
-	mustExec(t, db.Pool, `SELECT pgleader.notify('acquire', 'k', NULL)`)
-	for _, want := range []string{"acquire 2500000 a key", "release 0 k", "acquire 0 k"} {
+	for _, want := range []string{"acquire a key", "release k"} {
 		if got := nextNotification(t, l); got != want {
 			t.Fatalf("notification = %q; want %q", got, want)
 		}
@@ -202,7 +201,6 @@ func TestNotifyHint(t *testing.T) {
 		{`SELECT pgleader.notify('release', '')`, "key must not be empty"},
 		{`SELECT pgleader.notify('release', NULL)`, "key must not be empty"},
 		{`SELECT pgleader.notify('release', repeat('k', 201))`, "the limit is 200"},
-		{`SELECT pgleader.notify('acquire', 'k', '-1 second')`, "ttl"},
 	} {
 		_, err := db.Pool.Exec(ctx, bad.sql)
 		wantCode(t, bad.sql, err, "22023", bad.msg)

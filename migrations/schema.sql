@@ -1065,7 +1065,7 @@ BEGIN
     PERFORM pg_notify('pgleader', CASE
         WHEN l.holder IS NOT NULL AND l.handed_off AND l.token > p_ended
         THEN 'handoff ' || octet_length(l.holder) || ' ' || l.holder || ' ' || p_key
-        ELSE 'release 0 ' || p_key END)
+        ELSE 'release ' || p_key END)
       FROM (SELECT 1) AS one LEFT JOIN pgleader.lease AS l ON l.key = p_key;
 END
 $function$;
@@ -1225,8 +1225,8 @@ BEGIN
 END
 $function$;
 
--- function pgleader.notify(text,text,interval); grants: none
-CREATE OR REPLACE FUNCTION pgleader.notify(p_event text, p_key text, p_ttl interval DEFAULT NULL::interval)
+-- function pgleader.notify(text,text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.notify(p_event text, p_key text)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -1238,11 +1238,7 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
-    IF p_ttl < interval '0' THEN
-        RAISE EXCEPTION 'pgleader: ttl must not be negative, got %', p_ttl USING ERRCODE = '22023';
-    END IF;
-    PERFORM pg_notify('pgleader',
-        p_event || ' ' || coalesce(floor(extract(epoch FROM p_ttl) * 1000000)::bigint, 0) || ' ' || p_key);
+    PERFORM pg_notify('pgleader', p_event || ' ' || p_key);
 END
 $function$;
 

@@ -415,38 +415,25 @@ func send(ch chan Event, ev Event) {
 	}
 }
 
-// parseEvent reads a payload "<event> <ttl µs> <key>", or "handoff <n>
-// <owner> <key>" where n is the owner's length in bytes. Anyone who can
-// connect can send one, so every field is checked and anything else is
-// dropped. The TTL field is checked but not used: an event is a hint to look
-// again, and what a candidate waits for is what it read from the database.
+// parseEvent reads a payload "acquire <key>", "release <key>", or
+// "handoff <n> <owner> <key>" where n is the owner's length in bytes.
+// Anyone who can connect can send one, so every field is checked and
+// anything else is dropped.
 func parseEvent(payload string) (Event, bool) {
 	kind, rest, ok := strings.Cut(payload, " ")
-	if !ok {
+	switch {
+	case !ok:
 		return Event{}, false
-	}
-	if kind == "handoff" {
+	case kind == "handoff":
 		return parseHandOff(rest)
-	}
-	us, key, ok := strings.Cut(rest, " ")
-	if !ok || CheckKey(key) != nil || len(us) == 0 || len(us) > 19 || strings.Trim(us, "0123456789") != "" {
+	case CheckKey(rest) != nil:
 		return Event{}, false
+	case kind == "acquire":
+		return Event{Kind: EventAcquired, Key: rest}, true
+	case kind == "release":
+		return Event{Kind: EventReleased, Key: rest}, true
 	}
-	if _, err := strconv.ParseInt(us, 10, 64); err != nil {
-		return Event{}, false
-	}
-	ev := Event{Key: key}
-	switch kind {
-	case "acquire":
-		ev.Kind = EventAcquired
-	case "renew":
-		ev.Kind = EventRenewed
-	case "release":
-		ev.Kind = EventReleased
-	default:
-		return Event{}, false
-	}
-	return ev, true
+	return Event{}, false
 }
 
 // parseHandOff reads "<n> <owner> <key>", the rest of a hand-off payload.

@@ -300,7 +300,7 @@ func releaseAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, to
 // hintPayload is the notification payload for event on key, in the format
 // parseEvent reads (and replicas of earlier versions, which trusted the TTL
 // field, read too; 0 makes them look at once).
-func hintPayload(event, key string) string { return event + " 0 " + key }
+func hintPayload(event, key string) string { return event + " " + key }
 
 // statementAndHint pipelines sql with args and, after a Sync that commits
 // it, the hint statement in an implicit transaction of its own, whose

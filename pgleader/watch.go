@@ -13,9 +13,6 @@ const (
 	// EventAcquired: a term took the lease (a hint, from the Elector's
 	// announcement of its term; see Watcher.Announce).
 	EventAcquired EventKind = iota + 1
-	// EventRenewed: the holding term extended the lease (a hint; sent by
-	// replicas of earlier versions, which notified every renewal).
-	EventRenewed
 	// EventReleased: the holding term freed the lease (a hint).
 	EventReleased
 	// EventResync: the watcher (re)connected, and events may have been
@@ -34,8 +31,6 @@ func (k EventKind) String() string {
 	switch k {
 	case EventAcquired:
 		return "acquire"
-	case EventRenewed:
-		return "renew"
 	case EventReleased:
 		return "release"
 	case EventResync:
