@@ -15,54 +15,6 @@ import (
 	"github.com/pgleader/pgleader/internal/lifecycle"
 )
 
-// SetOptions are the parts of a Set that are not timing.
-type SetOptions struct {
-	// Owner identifies this replica; unique among the running replicas of
-	// the set. Default: hostname:pid:random.
-	Owner string
-	// Lead is the body, run for each key this replica wins, with that key's
-	// Term, after Claim. It follows the same rules as Options.Lead. A body
-	// that panics ends its own term (as finished, with the panic as its
-	// error) and no other. Required.
-	Lead func(ctx context.Context, t *Term) error
-	// Claim, if set, runs after acquisition and before Lead, as
-	// Options.Claim.
-	Claim func(ctx context.Context, t *Term) (bool, error)
-	// FenceFloors, if set, returns the store's highest fence for each of
-	// keys (floors[i] for keys[i]). It is called once per campaign with the
-	// keys the campaign asks for, and each key that is won draws a token
-	// above its floor.
-	FenceFloors func(ctx context.Context, keys []string) (floors []int64, err error)
-	// Logger receives the set's logs, with set and owner, and key and token
-	// where a term is concerned. Default: the backend's logger if it has
-	// one, else slog.Default().
-	Logger *slog.Logger
-	// Observer, if set, receives an observation per term started, ending
-	// and ended (with the term's key), and one ObserveRenewed per renewal
-	// tick (with the set's name as Key).
-	Observer Observer
-}
-
-// SetStatus is a snapshot of a Set.
-type SetStatus struct {
-	Name, Owner string
-	// Running is whether Run is running.
-	Running bool
-	// Keys is how many keys the set campaigns for; Held how many of them
-	// this replica holds with a live term; Ending how many terms are ending
-	// or releasing.
-	Keys, Held, Ending int
-	// Members is the number of live replicas of the set at the last
-	// campaign or renewal, and Share this replica's fair share
-	// ceil(Keys / Members).
-	Members, Share int
-	// LastRenewSent is when the last successful renewal tick was sent.
-	LastRenewSent time.Time
-	// LastError is the last error from the backend or a hook, and when.
-	LastError   error
-	LastErrorAt time.Time
-}
-
 // Set campaigns for many keys at once and runs one body per key it wins,
 // each with its own Term and the timeline of [Spec], as an Elector per key
 // would, but with one statement per renewal tick for every key it holds and
@@ -184,13 +136,6 @@ func (s *Set) Terms() []*Term {
 	s.mu.Unlock()
 	slices.SortFunc(ts, func(a, b *Term) int { return cmp.Compare(a.key, b.key) })
 	return ts
-}
-
-// Status returns a snapshot of the set.
-func (s *Set) Status() SetStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.status
 }
 
 func (s *Set) fail(err error) {

@@ -1,0 +1,88 @@
+package pgleader
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Options are the parts of an Elector that are not timing.
+type Options struct {
+	// Owner identifies this replica (pod name, host:pid); unique among the
+	// running replicas. Default: hostname:pid:random.
+	Owner string
+	// Lead is the body, run for each term this replica wins, after Claim.
+	// Its context is cancelled at the term's cancel instant (see Spec). It
+	// should check t.Live() between units of work and return when the term
+	// ends; when it returns the term ends as finished. Required.
+	Lead func(ctx context.Context, t *Term) error
+	// Claim, if set, runs after acquisition and before Lead. It returns
+	// false if the fenced store already saw this token or a higher one; the
+	// term then ends as refused. An error ends it as refused too.
+	Claim func(ctx context.Context, t *Term) (bool, error)
+	// FenceFloor, if set, returns the store's highest fence. Before a
+	// campaign the key's token counter is advanced to it while the lease is
+	// free, so after the lease data was lost the first term draws floor+1.
+	// It is read before every campaign except one at the expiry of a term
+	// the last campaign found holding the lease: that campaign reuses the
+	// floor read last (see docs/model.md, "Hand-off").
+	FenceFloor func(ctx context.Context) (int64, error)
+	// Logger receives the elector's logs, each with key and owner, and
+	// token where a term is concerned. Default: the backend's logger if it
+	// has one (NewPostgres's WithLogger), else slog.Default().
+	Logger *slog.Logger
+	// Value, if set, is published with each term's lease (at most
+	// MaxValueLen bytes), e.g. this replica's address so followers can
+	// forward requests to the leader: [Observe], [Postgres.Lease], SQL's
+	// pgleader.lease(key) and the CLI's status read it. It needs a backend
+	// that is a [Steerer]; New refuses it otherwise.
+	Value string
+	// Observer, if set, receives the elector's observations for metrics:
+	// terms started and ended, renewals and their latency, refused claims.
+	Observer Observer
+
+	// Priority ranks this replica as a candidate when its backend keeps
+	// candidates (Abilities.Candidates): a leader hands off to the live candidate of highest
+	// priority, and a leader whose term has lasted MinTerm steps down (at
+	// its next renewal) when a candidate of higher priority than its own
+	// waits. Default 0; with equal priorities nobody is pre-empted.
+	Priority int32
+	// MinTerm is how long a term lasts at least before a candidate of
+	// higher priority makes it step down, so that leadership does not
+	// flap. Default: the Spec's TTL.
+	MinTerm time.Duration
+	// NoHandOff turns hand-off off: the elector neither registers as a
+	// candidate nor hands the lease to one when its term ends, and
+	// releases instead. Hand-off is on by default with a backend that
+	// keeps candidates; it needs a listening [Watcher] for the
+	// candidate's side.
+	NoHandOff bool
+}
+
+// SetOptions are the parts of a Set that are not timing.
+type SetOptions struct {
+	// Owner identifies this replica; unique among the running replicas of
+	// the set. Default: hostname:pid:random.
+	Owner string
+	// Lead is the body, run for each key this replica wins, with that key's
+	// Term, after Claim. It follows the same rules as Options.Lead. A body
+	// that panics ends its own term (as finished, with the panic as its
+	// error) and no other. Required.
+	Lead func(ctx context.Context, t *Term) error
+	// Claim, if set, runs after acquisition and before Lead, as
+	// Options.Claim.
+	Claim func(ctx context.Context, t *Term) (bool, error)
+	// FenceFloors, if set, returns the store's highest fence for each of
+	// keys (floors[i] for keys[i]). It is called once per campaign with the
+	// keys the campaign asks for, and each key that is won draws a token
+	// above its floor.
+	FenceFloors func(ctx context.Context, keys []string) (floors []int64, err error)
+	// Logger receives the set's logs, with set and owner, and key and token
+	// where a term is concerned. Default: the backend's logger if it has
+	// one, else slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, receives an observation per term started, ending
+	// and ended (with the term's key), and one ObserveRenewed per renewal
+	// tick (with the set's name as Key).
+	Observer Observer
+}
