@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgleader/pgleader/internal/scratch"
 	"github.com/pgleader/pgleader/internal/wait"
 )
@@ -26,12 +28,18 @@ var (
 )
 
 // A publisher replaced by a deploy is SIGTERMed deploySettle plus up to
-// deployJitter after its replacement started campaigning: at any point of
-// the leader's renewal cycle (RenewEvery 2 s), the candidate's registration
-// fresh or older than RenewEvery + Margin.
-const (
-	deploySettle = 1500 * time.Millisecond
-	deployJitter = 2 * time.Second
+// deployJitter after its replacement started campaigning. By default at
+// any point of the leader's renewal cycle (RenewEvery 2 s) and of the
+// candidate's campaigns (one at each lease expiry it reads, 4-6 s apart),
+// so that its registration is as often fresh as older than RenewEvery +
+// Margin, as for a replacement that waited its turn for long.
+var (
+	deploySettle  = flag.Duration("deploy-settle", 6*time.Second, "the least time between a replacement publisher's start and the SIGTERM to the leader")
+	deployJitter  = flag.Duration("deploy-jitter", 6*time.Second, "a random time of up to this is added to -deploy-settle")
+	deployArgs    = flag.String("deploy-args", "", "more arguments for every publisher process, space-separated (e.g. -migrate)")
+	deployOverlap = flag.Duration("deploy-overlap", 0, "start each replacement up to this long (at random) before the SIGTERM to the leader, whose successor is then the older waiting process, as a rolling update that surges does (default: after the successor leads)")
+	deployBuild   = flag.String("deploy-build-flags", "", "more go build flags for the publisher, space-separated (e.g. -race, as make test builds it)")
+	deployTrace   = flag.Bool("deploy-trace", false, "have the server log every statement of the deploy measurement's databases (to see the hand-off's path; the logging slows it)")
 )
 
 // What the publisher logs (log/slog's text format) that the measurement
@@ -54,12 +62,25 @@ type publisherProc struct {
 	exited                             chan time.Time
 }
 
+// start starts a publisher process and waits until it campaigns.
 func (d *deployment) start(ctx context.Context) (*publisherProc, error) {
+	p, err := d.spawn()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := awaitProc(ctx, p, p.campaigning, "campaigning"); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// spawn starts a publisher process.
+func (d *deployment) spawn() (*publisherProc, error) {
 	d.started++
 	p := &publisherProc{owner: fmt.Sprintf("deploy-%d-%d", d.index, d.started),
 		campaigning: make(chan time.Time, 1), leading: make(chan time.Time, 1), first: make(chan time.Time, 1),
 		ended: make(chan time.Time, 1), exited: make(chan time.Time, 1)}
-	p.cmd = exec.Command(d.bin, "-database", d.url, "-owner", p.owner)
+	p.cmd = exec.Command(d.bin, append([]string{"-database", d.url, "-owner", p.owner}, strings.Fields(*deployArgs)...)...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -92,10 +113,28 @@ func (d *deployment) start(ctx context.Context) (*publisherProc, error) {
 		p.exited <- time.Now()
 		keep.Close()
 	}()
-	if _, err := awaitProc(ctx, p, p.campaigning, "campaigning"); err != nil {
-		return nil, err
-	}
 	return p, nil
+}
+
+// awaitLeading waits until one of the processes (b may be nil) logs
+// leading, for at most 15 s.
+func awaitLeading(ctx context.Context, a, b *publisherProc) (*publisherProc, time.Time, error) {
+	var bLeading chan time.Time // nil: never ready
+	if b != nil {
+		bLeading = b.leading
+	}
+	t := time.NewTimer(15 * time.Second)
+	defer t.Stop()
+	select {
+	case at := <-a.leading:
+		return a, at, nil
+	case at := <-bLeading:
+		return b, at, nil
+	case <-t.C:
+		return nil, time.Time{}, fmt.Errorf("%s: no leading within 15s", a.owner)
+	case <-ctx.Done():
+		return nil, time.Time{}, ctx.Err()
+	}
 }
 
 // awaitProc waits for the time on ch, for at most 15 s (over two TTLs, so
@@ -125,12 +164,27 @@ type deployment struct {
 	src, label   string
 	bin, url     string
 	drop         func()
+	db           *pgx.Conn // reads when each claim ran
 	started      int
 	leader, cand *publisherProc
 	stopAt       time.Time
 
-	toLeading, toFirst, toEnded, toExit []time.Duration
+	toLeading, toFirst, toEnded, toExit, toClaim []time.Duration
 }
+
+// claimTrigger records, on the database's clock, when each term's Claim
+// raised the digest's fence: the same moment in every version of the
+// publisher, which logs "leading" before or after its Claim depending on
+// the version.
+const claimTrigger = `
+CREATE TABLE bench_claim (token bigint PRIMARY KEY, at timestamptz NOT NULL);
+CREATE FUNCTION bench_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO bench_claim VALUES (NEW.fence, clock_timestamp()) ON CONFLICT DO NOTHING;
+	RETURN NULL;
+END$$;
+CREATE TRIGGER bench_claim AFTER UPDATE OF fence ON digests
+	FOR EACH ROW WHEN (NEW.fence > OLD.fence) EXECUTE FUNCTION bench_claim();`
 
 func (b *bench) newDeployment(ctx context.Context, index int, src, dir string) (*deployment, error) {
 	d := &deployment{index: index, src: src, bin: filepath.Join(dir, fmt.Sprintf("publisher-%d", index))}
@@ -139,7 +193,7 @@ func (b *bench) newDeployment(ctx context.Context, index int, src, dir string) (
 		return nil, fmt.Errorf("%s: git describe: %w", src, err)
 	}
 	d.label = strings.TrimSpace(string(out))
-	build := exec.CommandContext(ctx, "go", "build", "-o", d.bin, "./examples/publisher")
+	build := exec.CommandContext(ctx, "go", append(append([]string{"build", "-o", d.bin}, strings.Fields(*deployBuild)...), "./examples/publisher")...)
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("%s: go build: %w\n%s", src, err, out)
@@ -150,6 +204,20 @@ func (b *bench) newDeployment(ctx context.Context, index int, src, dir string) (
 	if out, err := exec.CommandContext(ctx, d.bin, "-database", d.url, "-migrate-only").CombinedOutput(); err != nil {
 		d.close()
 		return nil, fmt.Errorf("%s: publisher -migrate-only: %w\n%s", src, err, out)
+	}
+	if d.db, err = pgx.Connect(ctx, d.url); err != nil {
+		d.close()
+		return nil, err
+	}
+	if _, err := d.db.Exec(ctx, claimTrigger); err != nil {
+		d.close()
+		return nil, err
+	}
+	if *deployTrace {
+		if err := trace(ctx, b.server, d.url); err != nil {
+			d.close()
+			return nil, err
+		}
 	}
 	if d.leader, err = d.start(ctx); err != nil {
 		d.close()
@@ -163,7 +231,7 @@ func (b *bench) newDeployment(ctx context.Context, index int, src, dir string) (
 		d.close()
 		return nil, err
 	}
-	d.stopAt = time.Now().Add(deploySettle + rand.N(deployJitter))
+	d.stopAt = time.Now().Add(*deploySettle + rand.N(*deployJitter))
 	return d, nil
 }
 
@@ -172,6 +240,9 @@ func (d *deployment) close() {
 		if p != nil {
 			p.kill()
 		}
+	}
+	if d.db != nil {
+		d.db.Close(context.Background())
 	}
 	if d.drop != nil {
 		d.drop()
@@ -186,13 +257,28 @@ func (d *deployment) round(ctx context.Context) error {
 		return ctx.Err()
 	}
 	leader, cand := d.leader, d.cand
+	var next *publisherProc
+	if *deployOverlap > 0 {
+		var err error
+		if next, err = d.spawn(); err != nil {
+			return err
+		}
+		if !wait.Sleep(ctx, rand.N(*deployOverlap)) {
+			return ctx.Err()
+		}
+	}
 	start := time.Now()
 	if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return err
 	}
-	leading, err := awaitProc(ctx, cand, cand.leading, "leading")
+	// A replacement started before the SIGTERM may win instead.
+	winner, leading, err := awaitLeading(ctx, cand, next)
 	if err != nil {
 		return err
+	}
+	spawned := next
+	if winner == next {
+		next, cand = cand, next
 	}
 	first, err := awaitProc(ctx, cand, cand.first, "first unit")
 	if err != nil {
@@ -212,11 +298,23 @@ func (d *deployment) round(ctx context.Context) error {
 	d.toFirst = append(d.toFirst, first.Sub(start))
 	d.toEnded = append(d.toEnded, ended.Sub(start))
 	d.toExit = append(d.toExit, exited.Sub(start))
-	d.leader, d.cand = cand, nil
-	if d.cand, err = d.start(ctx); err != nil {
+	var claimed time.Time
+	if err := d.db.QueryRow(ctx, `SELECT at FROM bench_claim ORDER BY token DESC LIMIT 1`).Scan(&claimed); err != nil {
 		return err
 	}
-	d.stopAt = time.Now().Add(deploySettle + rand.N(deployJitter))
+	d.toClaim = append(d.toClaim, claimed.Sub(start))
+	d.leader, d.cand = cand, nil
+	switch {
+	case spawned == nil:
+		next, err = d.start(ctx)
+	case spawned == next:
+		_, err = awaitProc(ctx, next, next.campaigning, "campaigning")
+	}
+	if err != nil {
+		return err
+	}
+	d.cand = next
+	d.stopAt = time.Now().Add(*deploySettle + rand.N(*deployJitter))
 	// Let the replacement's LISTEN session start before another
 	// deployment's round.
 	if !wait.Sleep(ctx, 200*time.Millisecond) {
@@ -259,16 +357,17 @@ func (b *bench) deployTable(ctx context.Context) error {
 	}
 
 	fmt.Printf("## Deploy: examples/publisher as two processes, the leader SIGTERMed (%d times per checkout, interleaved)\n\n", *deployRounds)
-	fmt.Printf("Each checkout's publisher runs on a database of its own that it migrated. The leader is SIGTERMed %v to %v\n", deploySettle, deploySettle+deployJitter)
-	fmt.Println("after its replacement logged \"campaigning\"; times are when this process read each log line. The")
-	fmt.Println("publisher logs \"leading\" once its Claim committed since 2026-12-01, before the Claim before that.")
+	fmt.Printf("Each checkout's publisher runs on a database of its own that it migrated. The leader is SIGTERMed %v to %v\n", *deploySettle, *deploySettle+*deployJitter)
+	fmt.Println("after its replacement logged \"campaigning\". The successor's Claim is timed by a trigger on the")
+	fmt.Println("digest's row (clock_timestamp() as its UPDATE raised the fence), the rest when this process read each")
+	fmt.Println("log line. The publisher logs \"leading\" once its Claim committed since bc4394b, before the Claim until then.")
 	fmt.Println()
-	fmt.Println("| publisher built from | SIGTERM → the successor logs leading: p50 / p90 / p99 / max | p50, p90 against the first | → the stopped leader logs term ended | → the successor's first unit published | → the stopped process exited |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| publisher built from | SIGTERM → the successor's Claim ran: p50 / p90 / p99 / max | p50, p90 against the first | → the stopped leader logs term ended | → the successor logs leading | → its first unit published | → the stopped process exited |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, d := range ds {
-		fmt.Printf("| %s (%s) | %s | %.2f×, %.2f× | %s | %s | %s |\n", d.label, d.src, summary(d.toLeading),
-			ratioOf(percentile(d.toLeading, 50), percentile(ds[0].toLeading, 50)), ratioOf(percentile(d.toLeading, 90), percentile(ds[0].toLeading, 90)),
-			summary(d.toEnded), summary(d.toFirst), summary(d.toExit))
+		fmt.Printf("| %s (%s) | %s | %.2f×, %.2f× | %s | %s | %s | %s |\n", d.label, d.src, summary(d.toClaim),
+			ratioOf(percentile(d.toClaim, 50), percentile(ds[0].toClaim, 50)), ratioOf(percentile(d.toClaim, 90), percentile(ds[0].toClaim, 90)),
+			summary(d.toEnded), summary(d.toLeading), summary(d.toFirst), summary(d.toExit))
 	}
 	fmt.Println()
 	return nil
@@ -277,3 +376,24 @@ func (b *bench) deployTable(ctx context.Context) error {
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
+
+// trace makes the server log every statement
+// of the database at url, from its next session on.
+func trace(ctx context.Context, server, url string) error {
+	conn, err := pgx.Connect(ctx, server)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	db := pgx.Identifier{cfg.Database}.Sanitize()
+	for _, set := range []string{"log_min_duration_statement = 0"} {
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+db+" SET "+set); err != nil {
+			return err
+		}
+	}
+	return nil
+}

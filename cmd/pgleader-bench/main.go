@@ -5,6 +5,12 @@
 // against version 12. It creates scratch databases (and, for the last, two
 // application roles), drops them at the end, and touches nothing else.
 //
+// Three parts look at the hand-off from further out: with each of its
+// speed-ups switched off (mechanisms), between two processes that use only
+// the public API (api), and as a deploy does it, SIGTERMing the leading
+// examples/publisher process, built from this checkout or older ones
+// (deploy: -deploy-src).
+//
 //	go run ./cmd/pgleader-bench [-handovers 50] [-failovers 10] [-load 30s] [-only definer]
 //
 // The server is DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres.
