@@ -104,7 +104,7 @@ func (p *Postgres) HandOff(ctx context.Context, key, owner string, token int64, 
 			successor = s.String
 			return err
 		}
-		released, successor, err = handOffAndHint(ctx, pg, key, owner, token, to)
+		released, successor, err = p.handOffAndHint(ctx, pg, key, owner, token, to)
 		return err
 	})
 	if err != nil {
@@ -122,13 +122,13 @@ func (p *Postgres) HandOff(ctx context.Context, key, owner string, token int64, 
 // application role has no privilege on the table.
 const handOffHint = `SELECT pgleader.hint_handoff($1, $2)`
 
-func handOffAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64, to string) (bool, string, error) {
+func (p *Postgres) handOffAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64, to string) (bool, string, error) {
 	tok := strconv.AppendInt(nil, token, 10)
 	var target []byte
 	if to != "" {
 		target = []byte(to)
 	}
-	row, err := statementAndHint(ctx, c, `SELECT released, successor FROM pgleader.hand_off($1, $2, $3, $4)`,
+	row, err := p.statementAndHint(ctx, c, `SELECT released, successor FROM pgleader.hand_off($1, $2, $3, $4)`,
 		[][]byte{[]byte(key), []byte(owner), tok, target}, handOffHint, [][]byte{[]byte(key), tok})
 	if err != nil || len(row) != 2 {
 		return false, "", err
@@ -220,6 +220,9 @@ func (p *Postgres) Withdraw(ctx context.Context, key, owner string) error {
 // on the connection the term's hand-off will use, so that the hand-off does
 // not pay for loading what it runs.
 func (p *Postgres) prepareHandOff(ctx context.Context, ttl time.Duration) error {
+	if p.off.Rehearsal {
+		return nil
+	}
 	return p.with(ctx, func(_ DB, pg *pgconn.PgConn) error {
 		if pg == nil {
 			return nil

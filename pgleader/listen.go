@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
+	"github.com/pgleader/pgleader/internal/speedup"
 	"github.com/pgleader/pgleader/internal/wait"
 )
 
@@ -59,6 +60,8 @@ type listener struct {
 	reprobe   time.Duration // the first wait after a probe found no delivery
 
 	rehearsalFailed atomic.Bool // a rehearsal failed and said so at Warn
+
+	off speedup.Mechanisms // switched off to measure them (internal/speedup)
 }
 
 type watch struct {
@@ -145,8 +148,12 @@ func (l *listener) unwatch(w *watch) {
 	last := l.count == 0
 	l.mu.Unlock()
 	if last && l.cancel != nil {
+		d := linger
+		if l.off.Linger {
+			d = 0
+		}
 		var t *time.Timer
-		t = time.AfterFunc(linger, func() {
+		t = time.AfterFunc(d, func() {
 			l.life.Lock()
 			defer l.life.Unlock()
 			if l.stopping != t {
@@ -259,7 +266,7 @@ func (l *listener) session(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	resync := len(checks)
-	if resync > 0 {
+	if resync > 0 && !l.off.Rehearsal {
 		// With a candidate's TTL, which its takes use: at most max_ttl.
 		var pgErr *pgconn.PgError
 		if err := rehearse(ctx, conn.PgConn(), checks[0].cand.TTL); err != nil && !errors.As(err, &pgErr) {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgleader/pgleader/internal/check"
+	"github.com/pgleader/pgleader/internal/speedup"
 )
 
 // DB is what [Postgres] needs from a connection: *pgxpool.Pool, *pgx.Conn
@@ -49,6 +50,8 @@ type Postgres struct {
 	db     DB
 	listen *listener  // nil when poll-only
 	lease  *leaseConn // nil unless db is a pool
+
+	off speedup.Mechanisms // switched off to measure them (internal/speedup)
 }
 
 // PostgresOption configures NewPostgres.
@@ -279,7 +282,7 @@ func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) 
 		if pg == nil {
 			return db.QueryRow(ctx, `SELECT pgleader.release($1, $2, $3)`, exec, key, owner, token).Scan(&released)
 		}
-		released, err = releaseAndHint(ctx, pg, key, owner, token)
+		released, err = p.releaseAndHint(ctx, pg, key, owner, token)
 		return err
 	})
 	if err != nil {
@@ -290,8 +293,8 @@ func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) 
 
 // releaseAndHint releases, then sends the release hint (see
 // statementAndHint).
-func releaseAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64) (bool, error) {
-	row, err := statementAndHint(ctx, c, `SELECT pgleader.release($1, $2, $3)`,
+func (p *Postgres) releaseAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64) (bool, error) {
+	row, err := p.statementAndHint(ctx, c, `SELECT pgleader.release($1, $2, $3)`,
 		[][]byte{[]byte(key), []byte(owner), strconv.AppendInt(nil, token, 10)},
 		`SELECT pg_notify($1, $2)`, [][]byte{[]byte(channel), []byte(hintPayload("release", key))})
 	return len(row) == 1 && string(row[0]) == "t", err
@@ -307,7 +310,10 @@ func hintPayload(event, key string) string { return event + " " + key }
 // failure is ignored: both go out in one write, and no notification can
 // fail or serialize the lease operation. It returns the last row of sql's
 // result (nil if it had none).
-func statementAndHint(ctx context.Context, c *pgconn.PgConn, sql string, args [][]byte, hint string, hintArgs [][]byte) ([][]byte, error) {
+func (p *Postgres) statementAndHint(ctx context.Context, c *pgconn.PgConn, sql string, args [][]byte, hint string, hintArgs [][]byte) ([][]byte, error) {
+	if p.off.PipelinedHint {
+		return statementThenHint(ctx, c, sql, args, hint, hintArgs)
+	}
 	pl := c.StartPipeline(ctx)
 	pl.SendQueryParams(sql, args, nil, nil, nil)
 	pl.SendPipelineSync()

@@ -137,62 +137,120 @@ func (b *bench) ready(ctx context.Context, r *replica, n int64, notify, register
 // successor knew it leads (its round trip).
 type steps struct{ stop, release, wake, prove []time.Duration }
 
+// sample is one handover, from the start of the leader's stop: until the
+// successor knew it leads (its Claim was called), until its body was
+// entered (the Claim committed), until its first fenced write committed,
+// and the first of those in steps.
+type sample struct {
+	toKnow, toBody, toWrite    time.Duration
+	stop, release, wake, prove time.Duration
+}
+
+// add appends s's steps.
+func (st *steps) add(s sample) {
+	st.stop = append(st.stop, s.stop)
+	st.release = append(st.release, s.release)
+	st.wake = append(st.wake, s.wake)
+	st.prove = append(st.prove, s.prove)
+}
+
+// handoverPair is two replicas of a key, one leading and one waiting, that
+// swap roles at each handover.
+type handoverPair struct {
+	b            *bench
+	m            mode
+	leader, cand *replica
+}
+
+func (b *bench) newHandoverPair(ctx context.Context, m mode) (*handoverPair, error) {
+	x, y, err := b.pair(ctx, m.key, m.notify, m.handOff)
+	p := &handoverPair{b: b, m: m, leader: x, cand: y}
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *handoverPair) close() {
+	for _, r := range []*replica{p.leader, p.cand} {
+		if r != nil {
+			r.close()
+		}
+	}
+}
+
+// round stops the leader gracefully at a random point of the candidate's
+// polling cycle, measures until the successor knew it leads, entered its
+// body and wrote, then restarts the stopped replica as the candidate.
+func (p *handoverPair) round(ctx context.Context) (sample, error) {
+	leader, cand := p.leader, p.cand
+	for _, ch := range []chan time.Time{cand.sentAt, cand.knowsAt, cand.bodyAt, cand.firstWrite, leader.releaseSent, leader.releasedAt} {
+		drainTimes(ch)
+	}
+	if !wait.Sleep(ctx, time.Duration(rand.Int64N(int64(benchIdle)))) {
+		return sample{}, ctx.Err()
+	}
+	if p.m.aged {
+		if err := p.b.aged(ctx, p.m.key, cand.owner); err != nil {
+			return sample{}, err
+		}
+	}
+	start := time.Now()
+	leader.cancel()
+	s, err := measure(ctx, start, leader, cand)
+	if err != nil {
+		return s, err
+	}
+	if err := <-leader.done; err != nil {
+		return s, err
+	}
+	before := leader.attempts.Load()
+	if err := leader.start(); err != nil {
+		return s, err
+	}
+	if err := p.b.ready(ctx, leader, before+1, p.m.notify, p.m.notify && p.m.handOff); err != nil {
+		return s, err
+	}
+	p.leader, p.cand = cand, leader
+	return s, nil
+}
+
+// measure waits for what a handover that started at start records on the
+// stopped leader and its successor.
+func measure(ctx context.Context, start time.Time, leader, cand *replica) (sample, error) {
+	var at [6]time.Time
+	var err error
+	for j, w := range []struct {
+		ch   chan time.Time
+		what string
+	}{{leader.releasedAt, "release"}, {cand.sentAt, "successor's proof"}, {cand.knowsAt, "successor's claim"},
+		{cand.bodyAt, "successor's body"}, {cand.firstWrite, "successor write"}, {leader.releaseSent, "release"}} {
+		if at[j], err = await(ctx, w.ch, 10*time.Second, w.what); err != nil {
+			return sample{}, err
+		}
+	}
+	return sample{toKnow: at[2].Sub(start), toBody: at[3].Sub(start), toWrite: at[4].Sub(start),
+		stop: at[5].Sub(start), release: at[0].Sub(at[5]), wake: at[1].Sub(at[0]), prove: at[2].Sub(at[1])}, nil
+}
+
 // handover stops the leader gracefully n times, alternating, and measures
 // from the start of each stop until the successor knew it leads (its Claim
 // was called: a) and until its first fenced write committed (b).
 func (b *bench) handover(ctx context.Context, m mode, n int) (toKnow, toWrite []time.Duration, st steps, err error) {
-	x, y, err := b.pair(ctx, m.key, m.notify, m.handOff)
-	defer func() {
-		x.close()
-		if y != nil {
-			y.close()
-		}
-	}()
+	p, err := b.newHandoverPair(ctx, m)
 	if err != nil {
 		return nil, nil, st, err
 	}
-	leader, cand := x, y
+	defer p.close()
 	for i := 0; i < n; i++ {
-		for _, ch := range []chan time.Time{cand.sentAt, cand.knowsAt, cand.firstWrite, leader.releaseSent, leader.releasedAt} {
-			drainTimes(ch)
-		}
-		// Stop at a random point of the candidate's polling cycle.
-		if !wait.Sleep(ctx, time.Duration(rand.Int64N(int64(benchIdle)))) {
-			return nil, nil, st, ctx.Err()
-		}
-		if m.aged {
-			if err := b.aged(ctx, m.key, cand.owner); err != nil {
-				return nil, nil, st, err
-			}
-		}
-		start := time.Now()
-		leader.cancel()
-		var at [5]time.Time
-		for j, w := range []struct {
-			ch   chan time.Time
-			what string
-		}{{leader.releasedAt, "release"}, {cand.sentAt, "successor's proof"}, {cand.knowsAt, "successor's claim"}, {cand.firstWrite, "successor write"}, {leader.releaseSent, "release"}} {
-			if at[j], err = await(ctx, w.ch, 10*time.Second, w.what); err != nil {
-				return nil, nil, st, err
-			}
-		}
-		toKnow = append(toKnow, at[2].Sub(start))
-		toWrite = append(toWrite, at[3].Sub(start))
-		st.stop = append(st.stop, at[4].Sub(start))
-		st.release = append(st.release, at[0].Sub(at[4]))
-		st.wake = append(st.wake, at[1].Sub(at[0]))
-		st.prove = append(st.prove, at[2].Sub(at[1]))
-		if err := <-leader.done; err != nil {
+		s, err := p.round(ctx)
+		if err != nil {
 			return nil, nil, st, err
 		}
-		before := leader.attempts.Load()
-		if err := leader.start(); err != nil {
-			return nil, nil, st, err
-		}
-		if err := b.ready(ctx, leader, before+1, m.notify, m.notify && m.handOff); err != nil {
-			return nil, nil, st, err
-		}
-		leader, cand = cand, leader
+		toKnow = append(toKnow, s.toKnow)
+		toWrite = append(toWrite, s.toWrite)
+		st.add(s)
 	}
 	return toKnow, toWrite, st, nil
 }

@@ -4,6 +4,12 @@
 // writes, and the cost of sets. It creates scratch databases, drops them at
 // the end, and touches nothing else.
 //
+// Three parts look at the hand-off from further out: with each of its
+// speed-ups switched off (mechanisms), between two processes that use only
+// the public API (api), and as a deploy does it, SIGTERMing the leading
+// examples/publisher process, built from this checkout or older ones
+// (deploy: -deploy-src).
+//
 //	go run ./cmd/pgleader-bench [-handovers 50] [-failovers 10] [-load 30s] [-only sets]
 //
 // The server is DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres.
@@ -37,7 +43,7 @@ var (
 	loadFor       = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
 	fenceFor      = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
 	rounds        = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
-	only          = flag.String("only", "", "comma-separated subset: handover,failover,load,fence,sets")
+	only          = flag.String("only", "", "comma-separated subset: handover,mechanisms,api,deploy,failover,load,fence,sets")
 	setBig        = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
 	setShared     = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
 	setFor        = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
@@ -56,6 +62,13 @@ func recipe(key string) pgleader.Spec {
 
 func main() {
 	flag.Parse()
+	if *apiChild {
+		if err := runAPIChild(flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "pgleader-bench -api-child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx); err != nil {
@@ -113,6 +126,21 @@ func run(ctx context.Context) error {
 	if want("handover") {
 		if err := b.handoverTable(ctx, rtt, idleRTT, cold); err != nil {
 			return fmt.Errorf("handover: %w", err)
+		}
+	}
+	if want("mechanisms") {
+		if err := b.mechanismsTable(ctx); err != nil {
+			return fmt.Errorf("mechanisms: %w", err)
+		}
+	}
+	if want("api") {
+		if err := b.apiTable(ctx); err != nil {
+			return fmt.Errorf("api: %w", err)
+		}
+	}
+	if want("deploy") {
+		if err := b.deployTable(ctx); err != nil {
+			return fmt.Errorf("deploy: %w", err)
 		}
 	}
 	if want("failover") {

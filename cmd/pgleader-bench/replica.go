@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgleader/pgleader/internal/speedup"
 	"github.com/pgleader/pgleader/internal/wait"
 	"github.com/pgleader/pgleader/pgleader"
 	"github.com/pgleader/pgleader/sqlfence"
@@ -39,6 +40,7 @@ type replica struct {
 	key     string
 	pool    *pgxpool.Pool
 	pg      *pgleader.Postgres
+	opts    []pgleader.PostgresOption // pg's
 	count   *counter
 	crashed atomic.Bool
 
@@ -46,6 +48,7 @@ type replica struct {
 	attempts    atomic.Int64
 	sentAt      chan time.Time // when the statement that proved a term was sent
 	knowsAt     chan time.Time // when the successor knew it leads (Claim was called)
+	bodyAt      chan time.Time // when a term's body was entered (its Claim committed)
 	releaseSent chan time.Time // when a release that took effect was sent
 	releasedAt  chan time.Time // when it returned
 	firstWrite  chan time.Time // when a term's first fenced write committed
@@ -61,7 +64,7 @@ func newReplica(ctx context.Context, url, key, owner string, notify, handOff boo
 		return nil, err
 	}
 	r := &replica{owner: owner, key: key, count: &counter{}, noHandOff: !handOff,
-		sentAt: make(chan time.Time, 1), knowsAt: make(chan time.Time, 1),
+		sentAt: make(chan time.Time, 1), knowsAt: make(chan time.Time, 1), bodyAt: make(chan time.Time, 1),
 		releaseSent: make(chan time.Time, 1), releasedAt: make(chan time.Time, 1), firstWrite: make(chan time.Time, 1)}
 	cfg.MinConns = 2
 	cfg.ConnConfig.Tracer = r.count
@@ -70,15 +73,23 @@ func newReplica(ctx context.Context, url, key, owner string, notify, handOff boo
 	if r.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, err
 	}
-	opts := []pgleader.PostgresOption{pgleader.WithLogger(quiet)}
+	r.opts = []pgleader.PostgresOption{pgleader.WithLogger(quiet)}
 	if !notify {
-		opts = append(opts, pgleader.PollOnly())
+		r.opts = append(r.opts, pgleader.PollOnly())
 	}
-	r.pg = pgleader.NewPostgres(r.pool, opts...)
+	r.pg = pgleader.NewPostgres(r.pool, r.opts...)
 	if err := r.pool.Ping(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// fresh gives the replica a new backend over its pool, with the mechanisms
+// in off switched off: new lease and LISTEN sessions, as a new process
+// would open, while the old backend's close after their linger.
+func (r *replica) fresh(off speedup.Mechanisms) {
+	r.pg = pgleader.NewPostgres(r.pool, r.opts...)
+	speedup.Off(r.pg, off)
 }
 
 // start runs the elector until stop or crash.
@@ -136,6 +147,7 @@ func (r *replica) floor(ctx context.Context) (int64, error) {
 // lead writes once as soon as the term starts, then holds it until it
 // ends.
 func (r *replica) lead(ctx context.Context, t *pgleader.Term) error {
+	offer(r.bodyAt, time.Now())
 	if err := digests.Write(ctx, r.pool, r.key, t.Token(), sqlfence.Set("body", r.owner)); err != nil {
 		return err
 	}
