@@ -93,6 +93,9 @@ type Report struct {
 	CommitTimes bool
 	// EndReasons counts how terms ended, as the replicas saw it.
 	EndReasons map[string]int
+	// HandOffs counts the releases that handed the lease to a waiting
+	// replica in the same statement.
+	HandOffs int
 	// Violations lists every breach found; a run passes with none.
 	Violations []Violation
 }
@@ -211,6 +214,10 @@ func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report 
 			r.Wipes++
 		case KindTermEnd:
 			r.EndReasons[e.Detail]++
+		case KindRelease:
+			if e.Result == OK && strings.HasPrefix(e.Detail, "handed off to ") {
+				r.HandOffs++
+			}
 		case KindClaim:
 			if e.Result == Refused {
 				r.ClaimsRefused++
