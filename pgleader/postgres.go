@@ -3,7 +3,6 @@ package pgleader
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -269,7 +268,8 @@ var sqlError = check.Sentinels{Prefix: "pgleader", NotMigrated: ErrNotMigrated, 
 // watch the key. The notification is sent in a transaction of its own after
 // the release committed, so it can neither fail the release (a full
 // notification queue) nor make it wait for the lock every notifying commit
-// takes; over a *pgxpool.Pool or a *pgx.Conn both go out in one round trip.
+// takes; over a *pgxpool.Pool or a *pgx.Conn it follows the release's
+// answer on the same connection.
 // Inside a caller's transaction (a pgx.Tx as DB) nothing is notified, and
 // candidates find the lease free at the latest when they would have seen it
 // expire.
@@ -292,9 +292,9 @@ func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) 
 }
 
 // releaseAndHint releases, then sends the release hint (see
-// statementAndHint).
+// statementThenHint).
 func (p *Postgres) releaseAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64) (bool, error) {
-	row, err := p.statementAndHint(ctx, c, `SELECT pgleader.release($1, $2, $3)`,
+	row, err := statementThenHint(ctx, c, `SELECT pgleader.release($1, $2, $3)`,
 		[][]byte{[]byte(key), []byte(owner), strconv.AppendInt(nil, token, 10)},
 		`SELECT pg_notify($1, $2)`, [][]byte{[]byte(channel), []byte(hintPayload("release", key))})
 	return len(row) == 1 && string(row[0]) == "t", err
@@ -305,40 +305,14 @@ func (p *Postgres) releaseAndHint(ctx context.Context, c *pgconn.PgConn, key, ow
 // field, read too; 0 makes them look at once).
 func hintPayload(event, key string) string { return event + " " + key }
 
-// statementAndHint pipelines sql with args and, after a Sync that commits
-// it, the hint statement in an implicit transaction of its own, whose
-// failure is ignored: both go out in one write, and no notification can
-// fail or serialize the lease operation. It returns the last row of sql's
-// result (nil if it had none).
-func (p *Postgres) statementAndHint(ctx context.Context, c *pgconn.PgConn, sql string, args [][]byte, hint string, hintArgs [][]byte) ([][]byte, error) {
-	if p.off.PipelinedHint {
-		return statementThenHint(ctx, c, sql, args, hint, hintArgs)
-	}
-	pl := c.StartPipeline(ctx)
-	pl.SendQueryParams(sql, args, nil, nil, nil)
-	pl.SendPipelineSync()
-	pl.SendQueryParams(hint, hintArgs, nil, nil, nil)
-	pl.SendPipelineSync()
-	if err := pl.Flush(); err != nil {
-		_ = pl.Close()
-		return nil, err
-	}
-	row, err := pipelineRow(pl)
-	_ = pl.Close() // reads the hint's answer; a hint that failed changes nothing
-	return row, err
-}
-
-// pipelineRow reads one result, returning a copy of its last row, and its
-// Sync.
-func pipelineRow(pl *pgconn.Pipeline) ([][]byte, error) {
-	res, err := pl.GetResults()
-	if err != nil {
-		return nil, err
-	}
-	rr, ok := res.(*pgconn.ResultReader)
-	if !ok {
-		return nil, fmt.Errorf("pgleader: unexpected pipeline result %T", res)
-	}
+// statementThenHint runs sql with args and, once its answer is back, the
+// hint statement in an implicit transaction of its own, whose failure is
+// ignored: no notification can fail or serialize the lease operation. It
+// returns the last row of sql's result (nil if it had none). (Pipelining
+// the two saved nothing measurable: docs/benchmarks.md, "Hand-off
+// speed-ups".)
+func statementThenHint(ctx context.Context, c *pgconn.PgConn, sql string, args [][]byte, hint string, hintArgs [][]byte) ([][]byte, error) {
+	rr := c.ExecParams(ctx, sql, args, nil, nil, nil)
 	var row [][]byte
 	for rr.NextRow() {
 		row = row[:0]
@@ -347,23 +321,8 @@ func pipelineRow(pl *pgconn.Pipeline) ([][]byte, error) {
 		}
 	}
 	if _, err := rr.Close(); err != nil {
-		return nil, err // Close reads on to the Sync
+		return nil, err
 	}
-	return row, pipelineDrain(pl)
-}
-
-// pipelineDrain reads results up to and including the next Sync.
-func pipelineDrain(pl *pgconn.Pipeline) error {
-	for {
-		res, err := pl.GetResults()
-		if err != nil {
-			return err
-		}
-		switch r := res.(type) {
-		case *pgconn.PipelineSync, nil:
-			return nil
-		case *pgconn.ResultReader:
-			_, _ = r.Close()
-		}
-	}
+	_, _ = c.ExecParams(ctx, hint, hintArgs, nil, nil, nil).Close()
+	return row, nil
 }

@@ -24,7 +24,6 @@ var variants = []variant{
 	{"all on", speedup.Mechanisms{}, "mech-on"},
 	{"rehearsal off", speedup.Mechanisms{Rehearsal: true}, "mech-no-rehearsal"},
 	{"linger off", speedup.Mechanisms{Linger: true}, "mech-no-linger"},
-	{"pipelined hint off", speedup.Mechanisms{PipelinedHint: true}, "mech-no-pipeline"},
 }
 
 // settle is how long after its term started a leader is stopped at the

@@ -12,10 +12,6 @@ type Mechanisms struct {
 	// Linger: the lease and LISTEN connections stay open 100 ms after
 	// their last user lets go. Off, they close at once.
 	Linger bool
-	// PipelinedHint: a release or hand-off and its NOTIFY hint go out in
-	// one pipeline. Off, the hint is sent once the statement's answer is
-	// back, as a second round trip.
-	PipelinedHint bool
 }
 
 // Off switches off, on backend (a *pgleader.Postgres), the mechanisms set in
