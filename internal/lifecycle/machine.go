@@ -133,9 +133,6 @@ func (m *Machine) YieldAt() time.Time {
 	return m.yieldAt
 }
 
-// Reason is why the term ended, or None while it is live.
-func (m *Machine) Reason() Reason { return m.reason }
-
 // Over reports whether the term was released or forgotten.
 func (m *Machine) Over() bool { return m.over }
 
