@@ -1312,8 +1312,8 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 		"pgleader.leases(text)": {
 			{what: "list every lease", run: rowsOf(`SELECT * FROM pgleader.leases('')`)},
 		},
-		"pgleader.notify(text,text,interval)": {
-			{what: "send a release hint for the victim's key", run: rowsOf(`SELECT pgleader.notify('release', $1, NULL)`, victimKey)},
+		"pgleader.notify(text,text)": {
+			{what: "send a release hint for the victim's key", run: rowsOf(`SELECT pgleader.notify('release', $1)`, victimKey)},
 		},
 		"pgleader.release(text,text,bigint)": {
 			{what: "release the victim's term with its holder and token", code: refused, msg: other,
