@@ -368,6 +368,34 @@ func TestLeaseOpsSurviveFailingNotify(t *testing.T) {
 	}
 }
 
+// TestFailedHintIsSaid: a release hint that cannot be sent leaves waiting
+// candidates to find the lease at its expiry, a slower hand-over; the
+// backend says so at Warn rather than drop the error.
+func TestFailedHintIsSaid(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `CREATE FUNCTION public.pg_notify(text, text) RETURNS void
+		LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'too many notifications in the NOTIFY queue'; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	pool := db.NewPoolConfig(t, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["search_path"] = "public, pg_catalog"
+	})
+	var logs lockedLog
+	b := pgleader.NewPostgres(pool, pgleader.PollOnly(), pgleader.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	l, ok, err := b.Acquire(ctx, "k", "a", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	if released, err := b.Release(ctx, "k", "a", l.Token); err != nil || !released {
+		t.Fatalf("release: %v %v", released, err)
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "too many notifications") {
+		t.Fatalf("the failed hint was not said at Warn; logs:\n%s", out)
+	}
+}
+
 // TestOnlyReleasesNotify counts the notifications of each lease operation:
 // none for acquire and renew (a notifying commit takes a cluster-wide lock),
 // one for release.

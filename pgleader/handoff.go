@@ -128,7 +128,7 @@ func (p *Postgres) handOffAndHint(ctx context.Context, c *pgconn.PgConn, key, ow
 	if to != "" {
 		target = []byte(to)
 	}
-	row, err := statementThenHint(ctx, c, `SELECT released, successor FROM pgleader.hand_off($1, $2, $3, $4)`,
+	row, err := p.statementThenHint(ctx, c, `SELECT released, successor FROM pgleader.hand_off($1, $2, $3, $4)`,
 		[][]byte{[]byte(key), []byte(owner), tok, target}, handOffHint, [][]byte{[]byte(key), tok})
 	if err != nil || len(row) != 2 {
 		return false, "", err

@@ -35,15 +35,16 @@ type Options struct {
 	// MaxValueLen bytes), e.g. this replica's address so followers can
 	// forward requests to the leader: [Observe], [Postgres.Lease], SQL's
 	// pgleader.lease(key) and the CLI's status read it. It needs a backend
-	// that is a [Steerer]; New refuses it otherwise.
+	// that keeps values (Abilities.Values); New refuses it otherwise.
 	Value string
 	// Observer, if set, receives the elector's observations for metrics:
 	// terms started and ended, renewals and their latency, refused claims.
 	Observer Observer
 
 	// Priority ranks this replica as a candidate when its backend keeps
-	// candidates (Abilities.Candidates): a leader hands off to the live candidate of highest
-	// priority, and a leader whose term has lasted MinTerm steps down (at
+	// candidates (Abilities.Candidates): a leader hands off to the live
+	// candidate of highest priority, and a leader whose term has lasted
+	// MinTerm steps down (at
 	// its next renewal) when a candidate of higher priority than its own
 	// waits. Default 0; with equal priorities nobody is pre-empted.
 	Priority int32

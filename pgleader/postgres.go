@@ -2,6 +2,7 @@ package pgleader
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"log/slog"
 	"strconv"
@@ -294,24 +295,25 @@ func (p *Postgres) Release(ctx context.Context, key, owner string, token int64) 
 // releaseAndHint releases, then sends the release hint (see
 // statementThenHint).
 func (p *Postgres) releaseAndHint(ctx context.Context, c *pgconn.PgConn, key, owner string, token int64) (bool, error) {
-	row, err := statementThenHint(ctx, c, `SELECT pgleader.release($1, $2, $3)`,
+	row, err := p.statementThenHint(ctx, c, `SELECT pgleader.release($1, $2, $3)`,
 		[][]byte{[]byte(key), []byte(owner), strconv.AppendInt(nil, token, 10)},
 		`SELECT pg_notify($1, $2)`, [][]byte{[]byte(channel), []byte(hintPayload("release", key))})
 	return len(row) == 1 && string(row[0]) == "t", err
 }
 
 // hintPayload is the notification payload for event on key, in the format
-// parseEvent reads (and replicas of earlier versions, which trusted the TTL
-// field, read too; 0 makes them look at once).
+// parseEvent reads.
 func hintPayload(event, key string) string { return event + " " + key }
 
 // statementThenHint runs sql with args and, once its answer is back, the
-// hint statement in an implicit transaction of its own, whose failure is
-// ignored: no notification can fail or serialize the lease operation. It
+// hint statement in an implicit transaction of its own: no notification
+// can fail or serialize the lease operation. A hint that fails (a full
+// notification queue, a connection lost after the commit) is logged at
+// Warn: waiting candidates then find the lease at its expiry. It
 // returns the last row of sql's result (nil if it had none). (Pipelining
 // the two saved nothing measurable: docs/benchmarks.md, "Hand-off
 // speed-ups".)
-func statementThenHint(ctx context.Context, c *pgconn.PgConn, sql string, args [][]byte, hint string, hintArgs [][]byte) ([][]byte, error) {
+func (p *Postgres) statementThenHint(ctx context.Context, c *pgconn.PgConn, sql string, args [][]byte, hint string, hintArgs [][]byte) ([][]byte, error) {
 	rr := c.ExecParams(ctx, sql, args, nil, nil, nil)
 	var row [][]byte
 	for rr.NextRow() {
@@ -323,6 +325,9 @@ func statementThenHint(ctx context.Context, c *pgconn.PgConn, sql string, args [
 	if _, err := rr.Close(); err != nil {
 		return nil, err
 	}
-	_, _ = c.ExecParams(ctx, hint, hintArgs, nil, nil, nil).Close()
+	if _, err := c.ExecParams(ctx, hint, hintArgs, nil, nil, nil).Close(); err != nil {
+		cmp.Or(p.log, slog.Default()).Warn("the hint after a committed release or hand-off failed; waiting candidates find the lease at its expiry",
+			"err", err)
+	}
 	return row, nil
 }

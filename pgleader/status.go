@@ -47,7 +47,7 @@ type Status struct {
 	State     State
 	WaitUntil time.Time
 	// Listening reports whether the backend is delivering lease events now
-	// (false for a backend that is not a Watcher): a replica that waits and
+	// (false for a backend with no Abilities.Events): a replica that waits and
 	// listens takes over within milliseconds of a release.
 	Listening bool
 	// Leading is true while a term is live (won and not yet ending).
