@@ -705,3 +705,20 @@ func TestCheckUnansweredReleaseLostInFailover(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckCountsHandOffs: a release that handed the lease to a waiting
+// replica is counted as a hand-off, and a plain release or a refused
+// hand-off is not.
+func TestCheckCountsHandOffs(t *testing.T) {
+	t.Parallel()
+	s := clean()
+	a := s.acquire("a", 3, 3000)
+	handed := a.event(chaos.KindRelease, chaos.OK)
+	handed.DB, handed.Detail = ms(3100), "handed off to b"
+	refused := a.event(chaos.KindRelease, chaos.Refused)
+	refused.DB, refused.Detail = ms(3200), "handed off to c"
+	s.events = append(s.events, handed, refused)
+	if r := s.check(); r.HandOffs != 1 {
+		t.Fatalf("HandOffs = %d, want 1", r.HandOffs)
+	}
+}
