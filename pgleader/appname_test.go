@@ -2,6 +2,8 @@ package pgleader_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +96,38 @@ func TestLeaseConnectionReusedWithinLinger(t *testing.T) {
 	waitFor(t, "the lease connection to close", func() bool { return countConnections(t, db, "pgleader lease") == 0 })
 	if next := run(); next == first {
 		t.Fatalf("a Run after the lease connection closed got backend %d again", next)
+	}
+}
+
+// TestSetUsesTheBackendsAbilities: a Set with no logger of its own logs to
+// the backend's (Abilities.Logger), and holds the backend's lease
+// connection while it runs and lets it go after (Abilities.Hold).
+func TestSetUsesTheBackendsAbilities(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var logs lockedLog
+	b := pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	set, err := pgleader.NewSet(b, pgleader.Spec{Key: "s", TTL: 3 * time.Second}, []string{"s-1", "s-2"},
+		pgleader.SetOptions{Owner: "a", Lead: untilEnding})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- set.Run(ctx) }()
+	count := func() int { return countConnections(t, db, "pgleader lease") }
+	waitFor(t, "the set to hold its keys", func() bool { return set.Status().Held == 2 })
+	if n := count(); n != 1 {
+		cancel()
+		<-done
+		t.Fatalf("%d lease connections while the set runs, want 1", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lease connection to close after Run", func() bool { return count() == 0 })
+	if !strings.Contains(logs.String(), "set=s") || !strings.Contains(logs.String(), `msg="term ended"`) {
+		t.Fatalf("the backend's logger did not receive the set's logs:\n%s", logs.String())
 	}
 }
