@@ -889,7 +889,8 @@ func (e *hostileEnv) hostileValues() map[string][]*string {
 		"integer": {nil, s("0"), s("-1"), s("1"), s(strconv.FormatInt(math.MinInt32, 10)), s(strconv.FormatInt(math.MaxInt32, 10))},
 		"interval": {nil, s("0"), s("-1 second"), s("1 microsecond"), s("10 minutes 1 microsecond"), s("100 years"),
 			s("-100 years"), s("178000000 years"), s(calendarTTL)},
-		"boolean": {nil, s("true"), s("false")},
+		"boolean":   {nil, s("true"), s("false")},
+		"boolean[]": {nil, s("{}"), s("{NULL}"), s("{true}"), s("{true,true}"), s("{{true}}")},
 		"text[]": {nil, s("{}"), s("{NULL}"), s(`{""}`), s("{" + victimKey + "}"), s("{" + victimSetKey + "}"),
 			s("{" + victimKey + "," + victimKey + "}"), s("{{" + victimKey + "}}"), s("{" + long + "}"),
 			s("{" + hostileKey + "," + victimKey + "}"), s("{" + hostileKey + "}"), s("{\"a\x00b\"}")},
@@ -916,7 +917,7 @@ func (e *hostileEnv) hostileBase(name, typ string) (*string, bool) {
 		"p_table": s("pgleader.lease"), "p_column": s("token"), "p_role": s(e.h), "p_history": nil,
 		"p_max_ttl": s("24 hours"), "p_offset": s("1 hour"), "p_claim": s("true"), "p_need_token": s("true"),
 		"p_need_owner": s("true"), "p_need_ttl": s("true"), "p_need_tokens": s("true"), "p_steer": s("true"),
-		"p_what": s("x"), "p_name": s("x"),
+		"p_what": s("x"), "p_name": s("x"), "p_hand_off": s("{true,true}"),
 	}
 	if v, ok := byName[name]; ok {
 		return v, true
@@ -1360,9 +1361,13 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 			{what: "join a set of the victim's set's name with an own key",
 				run: rowsOf(`SELECT * FROM pgleader.set_acquire($1, $2, '{h-s1}', '1 minute', 0, 0, NULL)`, victimSet, hostileHolder)},
 		},
-		"pgleader.set_release(text,text,text[],bigint[],boolean)": {
+		"pgleader.set_release(text,text,text[],bigint[],boolean,boolean[])": {
 			{what: "leave the victim's set as its member, releasing its key",
 				run:    rowsOf(`SELECT * FROM pgleader.set_release($1, $2, ARRAY[$3], ARRAY[$4::bigint], true)`, victimSet, victimHolder, victimSetKey, stok),
+				verify: wantRows(0)},
+			{what: "hand the victim's set key to a member of H's own",
+				run: rowsOf(`SELECT * FROM pgleader.set_release($1, $2, ARRAY[$3], ARRAY[$4::bigint], false, '{true}')`,
+					victimSet, victimHolder, victimSetKey, stok),
 				verify: wantRows(0)},
 		},
 		"pgleader.set_renew(text,text,text[],bigint[],interval,integer)": {

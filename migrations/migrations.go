@@ -26,6 +26,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,16 +49,16 @@ const HistoryTable = "pgleader_schema_migrations"
 // Latest is the newest schema version this module ships and expects.
 //
 // The migrations are append-only: a change to the schema is a new
-// migration (the next is 0014_…, see below), never an edit of one that
+// migration (the next is 0015_…), never an edit of one that
 // shipped, since a database migrated by a release never runs an edited
 // file again. Each new migration also regenerates schema.sql, the catalog
 // the migrations build (make schema); TestSchemaSnapshot fails until it
 // does, and the file's diff is the change to review.
-const Latest uint = 1
+const Latest uint = 14
 
 // Versions 2 to 13 were development versions, squashed into version 1
-// before the first release. No release ships them, and the next migration
-// is numbered 14, so a database recorded at one of them is always told
+// before the first release. No release ships them, and the migrations after
+// 1 are numbered from 14, so a database recorded at one of them is always told
 // apart from a released version: [CheckVersion] refuses it.
 const (
 	firstUnreleased uint = 2
@@ -93,6 +97,20 @@ var files embed.FS
 // (NNNN_name.up.sql, NNNN_name.down.sql).
 func FS() embed.FS { return files }
 
+// Versions returns the versions this module ships, in order: 1, then 14
+// and up ([Latest] is the last).
+func Versions() []uint {
+	names, _ := fs.Glob(files, "*.up.sql") // a valid pattern: no error
+	var vs []uint
+	for _, n := range names {
+		if v, err := strconv.ParseUint(n[:strings.IndexByte(n, '_')], 10, 32); err == nil {
+			vs = append(vs, uint(v))
+		}
+	}
+	slices.Sort(vs)
+	return vs
+}
+
 // Up applies every migration not yet applied. A database already at
 // [Latest] is left as it is and is not an error, even for a role that may
 // only use the schema (see the grants in docs/migrating.md). On a database
@@ -124,12 +142,16 @@ func Down(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
-// To migrates up or down to version, which must be between 1 and [Latest];
-// use [Down] for none. A database at a version this module cannot migrate
-// is refused as [CheckVersion] says.
+// To migrates up or down to version, which must be a version this module
+// ships, between 1 and [Latest]; use [Down] for none. A database at a
+// version this module cannot migrate is refused as [CheckVersion] says.
 func To(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	if version < 1 || version > Latest {
 		return fmt.Errorf("pgleader/migrations: version %d out of range 1..%d (use Down to revert all)", version, Latest)
+	}
+	if !slices.Contains(Versions(), version) {
+		return fmt.Errorf("pgleader/migrations: no version %d: this module ships versions %v (2 to 13 were development versions, squashed into 1)",
+			version, Versions())
 	}
 	return run(ctx, pool, func(m *migrate.Migrate) error {
 		if err := checkVersion(m); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -227,15 +227,10 @@ func shipped(t *testing.T) []uint {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var vs []uint
-	for _, n := range names {
-		v, err := strconv.ParseUint(n[:strings.IndexByte(n, '_')], 10, 32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vs = append(vs, uint(v))
+	vs := migrations.Versions()
+	if len(vs) != len(names) {
+		t.Fatalf("Versions() = %v for %d up migrations %v", vs, len(names), names)
 	}
-	slices.Sort(vs)
 	return vs
 }
 
@@ -316,5 +311,62 @@ func TestNumbering(t *testing.T) {
 	}
 	if vs[len(vs)-1] != migrations.Latest {
 		t.Errorf("the highest migration is %d; Latest is %d", vs[len(vs)-1], migrations.Latest)
+	}
+}
+
+// TestUpgradeKeepsGrants: a role granted the application's functions at
+// version 1 can still run every one of them once version 14 replaced some,
+// and again after a step back down to 1.
+func TestUpgradeKeepsGrants(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ctx := context.Background()
+	if err := migrations.To(ctx, db.Pool, 1); err != nil {
+		t.Fatal(err)
+	}
+	role := createRole(t, db)
+	mustExec(t, db.Pool, `SELECT pgleader.grant_usage($1)`, role)
+	app, err := pgx.Connect(ctx, urlAs(t, db, role))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(ctx)
+	run := func(when string, sqls ...string) {
+		t.Helper()
+		for _, q := range sqls {
+			if _, err := app.Exec(ctx, q); err != nil {
+				t.Errorf("%s: %s: %v", when, q, err)
+			}
+		}
+	}
+	v1 := []string{
+		`SELECT * FROM pgleader.set_acquire('s', 'a', '{k1}', '1 minute', 0)`,
+		`SELECT * FROM pgleader.set_tick('s', 'a', '{k1}', '{1}', '1 minute', 1)`,
+		`SELECT * FROM pgleader.set_renew('s', 'a', '{k1}', '{1}', '1 minute', 1)`,
+		`SELECT * FROM pgleader.renew_many('a', '{k1}', '{1}', '1 minute')`,
+	}
+	run("at 1", v1...)
+	run("at 1", `SELECT * FROM pgleader.set_release('s', 'a', '{k1}', '{1}', true)`)
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Exec(ctx, `DISCARD ALL`); err != nil {
+		t.Fatal(err)
+	}
+	run("at 14", v1[0], `SELECT * FROM pgleader.set_tick('s', 'a', '{k1}', '{2}', '1 minute', 1)`,
+		`SELECT * FROM pgleader.set_renew('s', 'a', '{k1}', '{2}', '1 minute', 1)`,
+		`SELECT * FROM pgleader.renew_many('a', '{k1}', '{2}', '1 minute')`,
+		`SELECT * FROM pgleader.set_release('s', 'a', '{k1}', '{2}', true, '{true}')`)
+	if err := migrations.To(ctx, db.Pool, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Exec(ctx, `DISCARD ALL`); err != nil {
+		t.Fatal(err)
+	}
+	run("back at 1", v1[0], `SELECT * FROM pgleader.set_release('s', 'a', '{k1}', '{3}', true)`)
+	for _, v := range []uint{2, 13} {
+		if err := migrations.To(ctx, db.Pool, v); err == nil || !strings.Contains(err.Error(), "development versions") || !strings.Contains(err.Error(), "[1 14]") {
+			t.Errorf("To(%d) = %v; want a refusal naming the development versions", v, err)
+		}
 	}
 }

@@ -326,13 +326,13 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 	if !act.Release {
 		bodyDone = make(chan bodyResult, 1)
 		go func() {
-			err := e.runBody(bodyCtx, t, func() {
+			err := runBody(bodyCtx, t, e.opts.Claim, e.opts.Lead, func(err error) { e.fail(err) }, func() {
 				e.mu.Lock()
 				e.status.Terms++
 				e.mu.Unlock()
 				log.Info("leading")
 				e.observe(Observation{Kind: ObserveTermStarted, Token: token})
-			})
+			}, "body")
 			bodyDone <- bodyResult{err: err, cancelled: bodyCtx.Err() != nil}
 		}()
 		aside := e.aside(ctx, t, announce, settled)
@@ -445,15 +445,9 @@ func (e *Elector) aside(ctx context.Context, t *Term, announce bool, settled fun
 // errRefused marks a body goroutine that stopped because Claim refused.
 var errRefused = errors.New("pgleader: claim refused the token")
 
-// runBody runs Claim and then Lead, calling started between them, and turns
-// a panic into an error so the term still ends and releases.
-func (e *Elector) runBody(ctx context.Context, t *Term, started func()) error {
-	return runBody(ctx, t, e.opts.Claim, e.opts.Lead, func(err error) { e.fail(err) }, started, "body")
-}
-
 // runBody runs claim (if not nil) and then lead for term t, calling started
 // between them; a Claim error is also passed to fail. A panic becomes an
-// error naming what panicked.
+// error naming what panicked, so the term still ends and releases.
 func runBody(ctx context.Context, t *Term, claim func(context.Context, *Term) (bool, error),
 	lead func(context.Context, *Term) error, fail func(error), started func(), what string) (err error) {
 	defer func() {

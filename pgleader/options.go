@@ -86,4 +86,8 @@ type SetOptions struct {
 	// and ended (with the term's key), and one ObserveRenewed per renewal
 	// tick (with the set's name as Key).
 	Observer Observer
+	// NoHandOff turns hand-off off: a term that ends stopped, resigned or
+	// finished releases its lease instead of handing it to another live
+	// member of the set (see docs/sets.md).
+	NoHandOff bool
 }

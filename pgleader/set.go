@@ -194,38 +194,6 @@ type setTerm struct {
 	cancel context.CancelFunc // cancels the body's context
 }
 
-type bodyDone struct {
-	key       string
-	st        *setTerm
-	err       error
-	cancelled bool // the body's context was cancelled before it returned
-}
-
-type renewDone struct {
-	sent    time.Time
-	took    time.Duration
-	keys    []string
-	terms   []*setTerm
-	expires []time.Time
-	members []SetMember
-	err     error
-}
-
-type campaignDone struct {
-	sent    time.Time
-	won     []Lease
-	members int
-	err     error
-}
-
-type releaseDone struct {
-	keys   []string
-	tokens []int64
-	ok     []bool
-	left   bool
-	err    error
-}
-
 // setRun is the state of one Run, owned by its loop goroutine. Each term
 // is driven by its own machine (internal/lifecycle); the run sends one
 // statement per renewal tick, campaign and batch of releases for all of
@@ -235,38 +203,38 @@ type setRun struct {
 	ctx context.Context
 
 	terms     map[string]*setTerm // won and not yet released (or forgotten)
-	releasing map[string]int64    // keys whose release is queued or in flight
+	releasing map[string]ending   // keys whose release is queued or in flight
 	pending   []string            // queued for release, in order
 	notes     map[lifecycle.Note]int
 
-	nLive     int // terms in terms with no end reason yet
-	members   []SetMember
-	nMembers  int
-	extra     int // keys the others agreed this replica takes beyond its share
-	freeSeen  bool
-	shedHold  time.Time // no campaign before it, after stepping down from keys (see shed)
-	failures  int
-	stopping  bool
-	left      bool
-	batching  bool // releaseT is armed
-	bodies    chan bodyDone
-	renewing  chan renewDone
-	campaign  chan campaignDone
-	release   chan releaseDone
-	renewT    *time.Timer
-	campaignT *time.Timer
-	termT     *time.Timer // the earliest instant a term's machine needs
-	releaseT  *time.Timer // armed while releases wait to be batched
+	nLive    int // terms in terms with no end reason yet
+	members  []SetMember
+	nMembers int
+	extra    int // keys the others agreed this replica takes beyond its share
+	freeSeen bool
+	shedHold time.Time // no campaign before it, after stepping down from keys (see shed)
+	failures int
+	stopping bool
+	left     bool
+	batching bool // releaseT is armed
+	// A statement of each kind is in flight; its answer, and each body's
+	// return, arrive on done as a call to run on the loop.
+	renewing, campaigning, sending bool
+	done                           chan func()
+	renewT                         *time.Timer
+	campaignT                      *time.Timer
+	termT                          *time.Timer // the earliest instant a term's machine needs
+	releaseT                       *time.Timer // armed while releases wait to be batched
 }
 
 func newSetRun(s *Set, ctx context.Context) *setRun {
 	return &setRun{
 		s: s, ctx: ctx,
 		terms:     make(map[string]*setTerm),
-		releasing: make(map[string]int64),
+		releasing: make(map[string]ending),
 		notes:     make(map[lifecycle.Note]int),
 		nMembers:  1,
-		bodies:    make(chan bodyDone, 64),
+		done:      make(chan func(), 64),
 	}
 }
 
@@ -285,12 +253,12 @@ func (r *setRun) loop() {
 	defer r.termT.Stop()
 	stop := r.ctx.Done()
 	for {
-		if r.stopping && len(r.terms) == 0 && r.renewing == nil && r.campaign == nil && r.release == nil && !r.batching {
+		if r.stopping && len(r.terms) == 0 && !r.renewing && !r.campaigning && !r.sending && !r.batching {
 			if len(r.pending) == 0 && r.left {
 				return
 			}
 			r.startRelease()
-			if r.release == nil { // nothing could be sent
+			if !r.sending { // nothing could be sent
 				return
 			}
 		}
@@ -306,14 +274,10 @@ func (r *setRun) loop() {
 			r.applyKeys()
 		case <-r.renewT.C:
 			r.startRenew()
-		case d := <-r.renewing:
-			r.renewing = nil
-			r.renewed(d)
 		case <-r.campaignT.C:
 			r.startCampaign()
-		case d := <-r.campaign:
-			r.campaign = nil
-			r.campaigned(d)
+		case f := <-r.done:
+			f()
 		case <-r.termT.C:
 			now := time.Now()
 			for k, st := range r.terms {
@@ -321,11 +285,6 @@ func (r *setRun) loop() {
 					r.step(k, st, st.m.Tick(now))
 				}
 			}
-		case d := <-r.bodies:
-			r.bodyReturned(d)
-		case d := <-r.release:
-			r.release = nil
-			r.released(d)
 		case <-r.releaseT.C:
 			r.batching = false
 			r.startRelease()
@@ -352,7 +311,7 @@ func (r *setRun) step(key string, st *setTerm, act lifecycle.Actions) {
 	if act.Release || act.Forget {
 		delete(r.terms, key)
 		if act.Release {
-			r.queueRelease(key, st.t.token)
+			r.queueRelease(key, st.t.token, act.HandOff)
 		}
 		r.over(st.t)
 	}
@@ -404,7 +363,7 @@ func ceilDiv(a, b int) int {
 // startRenew sends one renewal tick for every live term whose safe end is
 // ahead, bounded by the earliest of those safe ends.
 func (r *setRun) startRenew() {
-	if r.renewing != nil || r.stopping {
+	if r.renewing || r.stopping {
 		return
 	}
 	s := r.s
@@ -423,39 +382,39 @@ func (r *setRun) startRenew() {
 			deadline = safeEnd
 		}
 	}
-	held := len(keys)
-	ch := make(chan renewDone, 1)
-	r.renewing = ch
+	r.renewing = true
 	go func() {
 		ctx, cancel := context.WithDeadline(context.WithoutCancel(r.ctx), deadline)
 		defer cancel()
 		sent := time.Now()
-		exp, members, err := s.backend.RenewSet(ctx, s.spec.Key, s.opts.Owner, keys, tokens, s.spec.TTL, held)
-		ch <- renewDone{sent: sent, took: time.Since(sent), keys: keys, terms: terms, expires: exp, members: members, err: err}
+		ans, err := s.backend.RenewSet(ctx, s.spec.Key, s.opts.Owner, keys, tokens, s.spec.TTL, len(keys))
+		took := time.Since(sent)
+		r.done <- func() { r.renewed(sent, took, keys, terms, ans, err) }
 	}()
 }
 
-func (r *setRun) renewed(d renewDone) {
+func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, terms []*setTerm, d SetRenewal, err error) {
 	s := r.s
-	s.observe(Observation{Kind: ObserveRenewed, Took: d.took, Err: d.err})
-	for i, st := range d.terms {
-		if r.terms[d.keys[i]] != st {
+	r.renewing = false
+	s.observe(Observation{Kind: ObserveRenewed, Took: took, Err: err})
+	for i, st := range terms {
+		if r.terms[keys[i]] != st {
 			continue
 		}
-		err := d.err
-		if err == nil && d.expires[i].IsZero() {
-			err = ErrLost
+		kerr := err
+		if kerr == nil && d.Expires[i].IsZero() {
+			kerr = ErrLost
 		}
-		if err == nil {
-			st.sent = d.sent
+		if kerr == nil {
+			st.sent = sent
 		}
-		r.step(d.keys[i], st, renewOutcome(st.m, d.sent, false, err))
+		r.step(keys[i], st, renewOutcome(st.m, sent, kerr == nil && d.Resign != nil && d.Resign[i], kerr))
 	}
-	if d.err != nil {
-		s.fail(d.err)
+	if err != nil {
+		s.fail(err)
 		retry := s.spec.timing().RenewRetry()
-		if !errors.Is(d.err, ErrNotMigrated) {
-			s.log.Warn("renewal failed", "err", d.err, "keys", len(d.keys), "retry_in", retry)
+		if !errors.Is(err, ErrNotMigrated) {
+			s.log.Warn("renewal failed", "err", err, "keys", len(keys), "retry_in", retry)
 		}
 		if !r.stopping {
 			r.renewT.Reset(retry)
@@ -463,12 +422,12 @@ func (r *setRun) renewed(d renewDone) {
 		return
 	}
 	s.mu.Lock()
-	s.status.LastRenewSent = d.sent
+	s.status.LastRenewSent = sent
 	s.mu.Unlock()
-	r.members = d.members
-	r.nMembers = max(len(d.members), 1)
+	r.members = d.Members
+	r.nMembers = max(len(d.Members), 1)
 	if !r.stopping {
-		r.renewT.Reset(time.Until(d.sent.Add(s.spec.RenewEvery)))
+		r.renewT.Reset(time.Until(sent.Add(s.spec.RenewEvery)))
 		r.rebalance()
 	}
 }
@@ -585,7 +544,7 @@ func (r *setRun) candidates() []string {
 // hold, bounded by the yield instant of the terms it would start.
 func (r *setRun) startCampaign() {
 	s := r.s
-	if r.campaign != nil || r.stopping {
+	if r.campaigning || r.stopping {
 		return
 	}
 	if wait := time.Until(r.shedHold); wait > 0 {
@@ -602,8 +561,7 @@ func (r *setRun) startCampaign() {
 	held = min(held, len(s.keys)-len(keys))
 	s.mu.Unlock()
 	extra := r.extra
-	ch := make(chan campaignDone, 1)
-	r.campaign = ch
+	r.campaigning = true
 	go func() {
 		var floors []int64
 		if s.opts.FenceFloors != nil {
@@ -617,7 +575,7 @@ func (r *setRun) startCampaign() {
 				err = CheckFloor(fl[i])
 			}
 			if err != nil {
-				ch <- campaignDone{err: fmt.Errorf("pgleader: FenceFloors: %w", err)}
+				r.done <- func() { r.campaigned(time.Time{}, nil, 0, fmt.Errorf("pgleader: FenceFloors: %w", err)) }
 				return
 			}
 			floors = fl
@@ -626,31 +584,32 @@ func (r *setRun) startCampaign() {
 		ctx, cancel := context.WithDeadline(r.ctx, s.spec.yieldAt(sent))
 		defer cancel()
 		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra)
-		ch <- campaignDone{sent: sent, won: won, members: members, err: err}
+		r.done <- func() { r.campaigned(sent, won, members, err) }
 	}()
 }
 
-func (r *setRun) campaigned(d campaignDone) {
+func (r *setRun) campaigned(sent time.Time, won []Lease, members int, err error) {
 	s := r.s
-	if d.err != nil {
+	r.campaigning = false
+	if err != nil {
 		if r.stopping && r.ctx.Err() != nil {
 			return
 		}
-		s.fail(d.err)
+		s.fail(err)
 		r.failures++
 		retry := s.spec.backoff(r.failures)
-		s.log.Warn("campaign failed", "err", d.err, "retry_in", retry)
+		s.log.Warn("campaign failed", "err", err, "retry_in", retry)
 		if !r.stopping {
 			r.campaignT.Reset(retry)
 		}
 		return
 	}
 	r.failures = 0
-	r.nMembers = max(d.members, 1)
-	if len(d.won) > 0 {
+	r.nMembers = max(members, 1)
+	if len(won) > 0 {
 		r.extra = 0
-		for _, l := range d.won {
-			r.start(l, d.sent)
+		for _, l := range won {
+			r.start(l, sent)
 		}
 		r.startRelease()
 	}
@@ -673,7 +632,7 @@ func (r *setRun) start(l Lease, sent time.Time) {
 	s.mu.Unlock()
 	if !act.Release && (r.stopping || !wanted) {
 		t.end(ReasonStopped)
-		r.queueRelease(l.Key, l.Token)
+		r.queueRelease(l.Key, l.Token, true)
 		r.over(t)
 		return
 	}
@@ -690,40 +649,46 @@ func (r *setRun) start(l Lease, sent time.Time) {
 	}
 	log := s.log.With("key", l.Key, "token", l.Token)
 	go func() {
-		err := s.runBody(ctx, t, func() {
+		err := runBody(ctx, t, s.opts.Claim, s.opts.Lead, s.fail, func() {
 			log.Debug("leading")
 			s.observe(Observation{Kind: ObserveTermStarted, Key: t.key, Token: t.token})
-		})
-		r.bodies <- bodyDone{key: l.Key, st: st, err: err, cancelled: ctx.Err() != nil}
+		}, fmt.Sprintf("body of key %q", t.key))
+		cancelled := ctx.Err() != nil
+		r.done <- func() { r.bodyReturned(st, err, cancelled) }
 	}()
 }
 
-// runBody runs Claim and then Lead, calling started between them, and turns
-// a panic into an error so the term still ends and releases.
-func (s *Set) runBody(ctx context.Context, t *Term, started func()) error {
-	return runBody(ctx, t, s.opts.Claim, s.opts.Lead, s.fail, started, fmt.Sprintf("body of key %q", t.key))
-}
-
-func (r *setRun) bodyReturned(d bodyDone) {
-	refused := errors.Is(d.err, errRefused)
+func (r *setRun) bodyReturned(st *setTerm, err error, cancelled bool) {
+	refused := errors.Is(err, errRefused)
 	if refused {
-		r.s.observe(Observation{Kind: ObserveClaimRefused, Key: d.key, Token: d.st.t.token, Err: errors.Unwrap(d.err)})
-	} else if d.err != nil {
-		r.s.fail(d.err)
-		r.s.log.Warn("body returned an error", "key", d.key, "token", d.st.t.token, "err", d.err)
+		r.s.observe(Observation{Kind: ObserveClaimRefused, Key: st.t.key, Token: st.t.token, Err: errors.Unwrap(err)})
+	} else if err != nil {
+		r.s.fail(err)
+		r.s.log.Warn("body returned an error", "key", st.t.key, "token", st.t.token, "err", err)
 	}
-	r.step(d.key, d.st, d.st.m.BodyDone(refused, d.err != nil, d.cancelled, time.Now()))
+	r.step(st.t.key, st, st.m.BodyDone(refused, err != nil, cancelled, time.Now()))
 }
 
 // releaseBatchWait is how long a release waits for others to share its
 // statement.
 const releaseBatchWait = 5 * time.Millisecond
 
-func (r *setRun) queueRelease(key string, token int64) {
+// ending is a term whose release is queued or in flight.
+type ending struct {
+	token   int64
+	handOff bool // hand the lease to another member instead
+}
+
+// queueRelease queues the release of key's term, or with handOff its
+// hand-off to another member; a key removed from the set is released.
+func (r *setRun) queueRelease(key string, token int64, handOff bool) {
 	if _, ok := r.releasing[key]; ok {
 		return
 	}
-	r.releasing[key] = token
+	r.s.mu.Lock()
+	_, wanted := r.s.keys[key]
+	r.s.mu.Unlock()
+	r.releasing[key] = ending{token, handOff && wanted && !r.s.opts.NoHandOff}
 	r.pending = append(r.pending, key)
 	if !r.batching {
 		// Bodies told to end together return together: gather them
@@ -739,49 +704,46 @@ func (r *setRun) queueRelease(key string, token int64) {
 func (r *setRun) startRelease() {
 	// Leave only once no renewal or campaign is in flight: either would
 	// write this replica's member row again after the leave.
-	canLeave := r.stopping && !r.left && r.renewing == nil && r.campaign == nil
-	if r.release != nil || r.batching || (len(r.pending) == 0 && !canLeave) {
+	canLeave := r.stopping && !r.left && !r.renewing && !r.campaigning
+	if r.sending || r.batching || (len(r.pending) == 0 && !canLeave) {
 		return
 	}
 	s := r.s
 	keys := r.pending
 	r.pending = nil
-	tokens := make([]int64, len(keys))
+	tokens, handOff := make([]int64, len(keys)), make([]bool, len(keys))
 	for i, k := range keys {
-		tokens[i] = r.releasing[k]
+		tokens[i], handOff[i] = r.releasing[k].token, r.releasing[k].handOff
 	}
 	leave := canLeave
-	ch := make(chan releaseDone, 1)
-	r.release = ch
+	r.sending = true
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), s.spec.ReleaseTimeout)
 		defer cancel()
-		ok, err := s.backend.ReleaseSet(ctx, s.spec.Key, s.opts.Owner, keys, tokens, leave)
-		ch <- releaseDone{keys: keys, tokens: tokens, ok: ok, left: leave, err: err}
+		ok, err := s.backend.ReleaseSet(ctx, s.spec.Key, s.opts.Owner, keys, tokens, handOff, leave)
+		r.done <- func() { r.released(keys, ok, leave, err) }
 	}()
 }
 
-func (r *setRun) released(d releaseDone) {
+func (r *setRun) released(keys []string, ok []bool, left bool, err error) {
 	s := r.s
-	for _, k := range d.keys {
+	r.sending = false
+	for _, k := range keys {
 		delete(r.releasing, k)
 	}
-	switch {
-	case d.err != nil:
-		s.fail(d.err)
-		s.log.Warn("release failed; the leases will expire", "keys", len(d.keys), "err", d.err)
-	default:
-		lost := 0
-		for _, ok := range d.ok {
-			if !ok {
-				lost++
-			}
-		}
-		if lost > 0 {
-			s.log.Warn("release found leases no longer ours: they had expired or passed to another term", "keys", lost)
+	lost := len(keys)
+	for _, ended := range ok {
+		if ended {
+			lost--
 		}
 	}
-	if d.left {
+	if err != nil {
+		s.fail(err)
+		s.log.Warn("release failed; the leases will expire", "keys", len(keys), "err", err)
+	} else if lost > 0 {
+		s.log.Warn("release found leases no longer ours: they had expired or passed to another term", "keys", lost)
+	}
+	if left {
 		r.left = true // even on error: the member row expires with its leases
 	}
 	r.startRelease()
@@ -799,7 +761,7 @@ func (r *setRun) applyKeys() {
 	}
 	s.mu.Unlock()
 	r.yield(slices.Values(gone), lifecycle.Stopped)
-	if len(gone) == 0 && r.campaign == nil && !r.stopping && r.extra == 0 {
+	if len(gone) == 0 && !r.campaigning && !r.stopping && r.extra == 0 {
 		// New keys: campaign soon rather than at the next interval.
 		r.campaignT.Reset(0)
 	}

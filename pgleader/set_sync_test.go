@@ -289,18 +289,18 @@ func (c *crashable) AcquireSet(ctx context.Context, set, owner string, keys []st
 	return c.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra)
 }
 
-func (c *crashable) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) ([]time.Time, []pgleader.SetMember, error) {
+func (c *crashable) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
 	if c.dead.Load() {
-		return nil, nil, errDead
+		return pgleader.SetRenewal{}, errDead
 	}
 	return c.SetBackend.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
 }
 
-func (c *crashable) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, leave bool) ([]bool, error) {
+func (c *crashable) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, handOff []bool, leave bool) ([]bool, error) {
 	if c.dead.Load() {
 		return nil, errDead
 	}
-	return c.SetBackend.ReleaseSet(ctx, set, owner, keys, tokens, leave)
+	return c.SetBackend.ReleaseSet(ctx, set, owner, keys, tokens, handOff, leave)
 }
 
 // TestSetSpread: replicas share the keys evenly as they join, leave and
@@ -539,7 +539,7 @@ func TestSetValidation(t *testing.T) {
 	if _, _, err := b.AcquireSet(context.Background(), "s", "o", []string{"a", "a"}, nil, time.Second, 0, 0); !errors.Is(err, pgleader.ErrInvalid) {
 		t.Errorf("AcquireSet with a repeated key = %v; want ErrInvalid", err)
 	}
-	if _, _, err := b.RenewSet(context.Background(), "s", "o", []string{"a"}, nil, time.Second, 0); !errors.Is(err, pgleader.ErrInvalid) {
+	if _, err := b.RenewSet(context.Background(), "s", "o", []string{"a"}, nil, time.Second, 0); !errors.Is(err, pgleader.ErrInvalid) {
 		t.Errorf("RenewSet without tokens = %v; want ErrInvalid", err)
 	}
 }

@@ -153,11 +153,12 @@ func TestSetPostgresFloorsAndArguments(t *testing.T) {
 	if err != nil || members != 1 || len(won) != 2 || won[0].Token != 42 || won[1].Token != 1 {
 		t.Fatalf("AcquireSet = %+v, %d, %v; want f1 at 42 and f2 at 1", won, members, err)
 	}
-	exp, ms, err := b.RenewSet(ctx, "f", "a", []string{"f1", "f2"}, []int64{42, 7}, time.Second, 1)
+	ans, err := b.RenewSet(ctx, "f", "a", []string{"f1", "f2"}, []int64{42, 7}, time.Second, 1)
+	exp, ms := ans.Expires, ans.Members
 	if err != nil || exp[0].IsZero() || !exp[1].IsZero() || len(ms) != 1 || ms[0] != (pgleader.SetMember{Owner: "a", Held: 1}) {
 		t.Fatalf("RenewSet = %v, %v, %v; want f1 renewed, f2 lost, member a holding 1", exp, ms, err)
 	}
-	rel, err := b.ReleaseSet(ctx, "f", "a", []string{"f1", "f2"}, []int64{42, 1}, true)
+	rel, err := b.ReleaseSet(ctx, "f", "a", []string{"f1", "f2"}, []int64{42, 1}, nil, true)
 	if err != nil || !slices.Equal(rel, []bool{true, true}) {
 		t.Fatalf("ReleaseSet = %v, %v", rel, err)
 	}
@@ -201,7 +202,8 @@ func TestSetTickAnswersTheLostKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	exp, members, err := b.RenewSet(ctx, "tick", "a", names, tokens, time.Minute, len(names)-len(lost))
+	ans, err := b.RenewSet(ctx, "tick", "a", names, tokens, time.Minute, len(names)-len(lost))
+	exp, members := ans.Expires, ans.Members
 	if err != nil || len(exp) != len(names) || len(members) != 1 {
 		t.Fatalf("RenewSet = %d expiries, %v, %v", len(exp), members, err)
 	}

@@ -13,6 +13,20 @@ type SetMember struct {
 	Held int
 }
 
+// SetRenewal is the answer of [SetBackend.RenewSet], per key in the order
+// given and for the set.
+type SetRenewal struct {
+	// Expires is each term's new expiry (or an earlier instant: the lease
+	// is held at least until then), or the zero time for a term that no
+	// longer holds its lease.
+	Expires []time.Time
+	// Resign reports the terms renewed that were asked to end (resign,
+	// transfer); nil when none was.
+	Resign []bool
+	// Members are the set's live members, owner included, ordered by owner.
+	Members []SetMember
+}
+
 // SetBackend runs the batched operations of a [Set]: each call is one
 // statement, whatever the number of keys, and decides every key by the
 // same rules as the corresponding [Backend] operation. Implementations must
@@ -26,21 +40,27 @@ type SetBackend interface {
 	// above its counter and its floor (floors[i] for keys[i]; floors may be
 	// nil), and returns the leases won and the member count. keys are the
 	// set's keys owner does not hold. A key locked by another operation is
-	// skipped, not waited for.
+	// skipped, not waited for. Keys handed to owner by another member's
+	// ReleaseSet are confirmed first (their tokens as handed, counted as
+	// held) and returned as won, with AcquiredAt the hand-off's instant.
 	AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) (won []Lease, members int, err error)
 
 	// RenewSet is a replica's renewal tick: it renews each term (keys[i],
-	// owner, tokens[i]) as Renew would, returning the new expiry (or an
-	// earlier instant: the lease is held at least until then) or the zero
-	// time for a term that no longer holds its lease, and records
-	// owner as a live member of set holding held keys, returning the live
-	// members (owner included) ordered by owner.
-	RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (expires []time.Time, members []SetMember, err error)
+	// owner, tokens[i]) as RenewTerm would, and records owner as a live
+	// member of set holding held keys; see SetRenewal.
+	RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (SetRenewal, error)
 
-	// ReleaseSet releases each term (keys[i], owner, tokens[i]) as Release
-	// would and reports for each whether it did; with leave, it also
-	// removes owner from the set's members.
-	ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, leave bool) (released []bool, err error)
+	// ReleaseSet ends each term (keys[i], owner, tokens[i]) that still
+	// holds its lease, and reports for each whether it did. Where
+	// handOff[i] (handOff may be nil), the lease goes to another live
+	// member of the set, as HandOff gives one to a candidate: the member's
+	// term draws the next token, unconfirmed, and the member's next
+	// AcquireSet confirms it. The keys handed off are dealt one by one to
+	// the member holding fewest (held at its last renewal, plus the keys
+	// dealt to it). Other terms (and all, with no other live member) are
+	// released as Release would. With leave, owner first leaves the set's
+	// members.
+	ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, handOff []bool, leave bool) (ended []bool, err error)
 
 	// Abilities is the backend's, as [Backend.Abilities]; a Set uses its
 	// Logger and Hold.
@@ -114,6 +134,9 @@ func CheckSetRenew(set, owner string, keys []string, tokens []int64, ttl time.Du
 }
 
 // CheckSetRelease is [CheckSetAcquire] for [SetBackend.ReleaseSet].
-func CheckSetRelease(set, owner string, keys []string, tokens []int64) error {
+func CheckSetRelease(set, owner string, keys []string, tokens []int64, handOff []bool) error {
+	if handOff != nil && len(handOff) != len(keys) {
+		return invalidf("%d keys but %d hand-off flags", len(keys), len(handOff))
+	}
 	return checkSetCall(set, owner, keys, tokens, true)
 }

@@ -19,85 +19,88 @@ func (p *Postgres) AcquireSet(ctx context.Context, set, owner string, keys []str
 		keys = []string{}
 	}
 	var (
-		won     []string
-		tokens  []int64
-		expires []time.Time
-		members int32
-		now     time.Time
+		won      []string
+		tokens   []int64
+		expires  []time.Time
+		acquired []time.Time
+		members  int32
+		now      time.Time
 	)
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT keys, tokens, expires_at, members, db_now FROM pgleader.set_acquire($1, $2, $3, $4, $5, $6, $7)`, exec,
+			`SELECT keys, tokens, expires_at, acquired_at, members, db_now FROM pgleader.set_acquire($1, $2, $3, $4, $5, $6, $7)`, exec,
 			set, owner, keys, interval(ttl), held, extra, floors,
-		).Scan(&won, &tokens, &expires, &members, &now)
+		).Scan(&won, &tokens, &expires, &acquired, &members, &now)
 	})
 	if err != nil {
 		return nil, 0, sqlError("set_acquire", err)
 	}
 	leases := make([]Lease, len(won))
 	for i, k := range won {
-		leases[i] = Lease{Key: k, Holder: owner, Token: tokens[i], AcquiredAt: now, RenewedAt: now, ExpiresAt: expires[i], Now: now}
+		leases[i] = Lease{Key: k, Holder: owner, Token: tokens[i], AcquiredAt: acquired[i], RenewedAt: now, ExpiresAt: expires[i], Now: now}
 	}
 	return leases, int(members), nil
 }
 
 // RenewSet implements [SetBackend] with one call of pgleader.set_tick: it
-// answers with the keys lost and the earliest new expiry, which it reports
-// for every key renewed.
-func (p *Postgres) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) ([]time.Time, []SetMember, error) {
+// answers with the keys lost, those asked to resign and the earliest new
+// expiry, which it reports for every key renewed.
+func (p *Postgres) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (SetRenewal, error) {
 	if err := CheckSetRenew(set, owner, keys, tokens, ttl, held); err != nil {
-		return nil, nil, err
+		return SetRenewal{}, err
 	}
 	if keys == nil {
 		keys, tokens = []string{}, []int64{}
 	}
 	var (
-		lost   []string
-		first  pgtype.Timestamptz
-		owners []string
-		counts []int32
+		lost, resign []string
+		first        pgtype.Timestamptz
+		owners       []string
+		counts       []int32
 	)
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT lost, expires_at, members, member_held FROM pgleader.set_tick($1, $2, $3, $4, $5, $6)`, exec,
+			`SELECT lost, resign, expires_at, members, member_held FROM pgleader.set_tick($1, $2, $3, $4, $5, $6)`, exec,
 			set, owner, keys, tokens, interval(ttl), held,
-		).Scan(&lost, &first, &owners, &counts)
+		).Scan(&lost, &resign, &first, &owners, &counts)
 	})
 	if err != nil {
-		return nil, nil, sqlError("set_tick", err)
+		return SetRenewal{}, sqlError("set_tick", err)
 	}
-	expires := make([]time.Time, len(keys))
+	r := SetRenewal{Expires: make([]time.Time, len(keys)), Members: make([]SetMember, len(owners))}
 	for i, gone := range among(keys, lost) {
 		if !gone {
-			expires[i] = first.Time // no key renewed expires sooner
+			r.Expires[i] = first.Time // no key renewed expires sooner
 		}
 	}
-	members := make([]SetMember, len(owners))
-	for i, o := range owners {
-		members[i] = SetMember{Owner: o, Held: int(counts[i])}
+	if len(resign) > 0 {
+		r.Resign = among(keys, resign)
 	}
-	return expires, members, nil
+	for i, o := range owners {
+		r.Members[i] = SetMember{Owner: o, Held: int(counts[i])}
+	}
+	return r, nil
 }
 
 // ReleaseSet implements [SetBackend] with one call of pgleader.set_release.
-func (p *Postgres) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, leave bool) ([]bool, error) {
-	if err := CheckSetRelease(set, owner, keys, tokens); err != nil {
+func (p *Postgres) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, handOff []bool, leave bool) ([]bool, error) {
+	if err := CheckSetRelease(set, owner, keys, tokens, handOff); err != nil {
 		return nil, err
 	}
 	if keys == nil {
 		keys, tokens = []string{}, []int64{}
 	}
-	var freed []string
+	var ended []string
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT coalesce(array_agg(key), '{}') FROM pgleader.set_release($1, $2, $3, $4, $5)`, exec,
-			set, owner, keys, tokens, leave,
-		).Scan(&freed)
+			`SELECT coalesce(array_agg(key), '{}') FROM pgleader.set_release($1, $2, $3, $4, $5, $6)`, exec,
+			set, owner, keys, tokens, leave, handOff,
+		).Scan(&ended)
 	})
 	if err != nil {
 		return nil, sqlError("set_release", err)
 	}
-	return among(keys, freed), nil
+	return among(keys, ended), nil
 }
 
 // among reports, for each of keys, whether it is one of some.

@@ -64,18 +64,18 @@ func (r *setReplica) AcquireSet(ctx context.Context, set, owner string, keys []s
 	return r.pg.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra)
 }
 
-func (r *setReplica) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) ([]time.Time, []pgleader.SetMember, error) {
+func (r *setReplica) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
 	if r.crashed.Load() {
-		return nil, nil, errCrashed
+		return pgleader.SetRenewal{}, errCrashed
 	}
 	return r.pg.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
 }
 
-func (r *setReplica) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, leave bool) ([]bool, error) {
+func (r *setReplica) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, handOff []bool, leave bool) ([]bool, error) {
 	if r.crashed.Load() {
 		return nil, errCrashed
 	}
-	return r.pg.ReleaseSet(ctx, set, owner, keys, tokens, leave)
+	return r.pg.ReleaseSet(ctx, set, owner, keys, tokens, handOff, leave)
 }
 
 func (r *setReplica) start(name string, keys []string, lead func(context.Context, *pgleader.Term) error, obs pgleader.Observer) error {

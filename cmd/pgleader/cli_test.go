@@ -83,11 +83,13 @@ func testUsage(t *testing.T, bin string) {
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"migrate"}, 2, "want one of up, down, version or to VERSION"},
 		{[]string{"migrate", "sideways"}, 2, `unknown action "sideways"`},
-		{[]string{"migrate", "to"}, 2, fmt.Sprintf("to needs a VERSION from 1 to %d", migrations.Latest)},
-		{[]string{"migrate", "to", "0"}, 2, fmt.Sprintf(`VERSION must be a whole number from 1 to %d, got "0"`, migrations.Latest)},
-		{[]string{"migrate", "to", fmt.Sprint(migrations.Latest + 1)}, 2, fmt.Sprintf(`VERSION must be a whole number from 1 to %d, got "%d"`, migrations.Latest, migrations.Latest+1)},
-		{[]string{"migrate", "to", "-1"}, 2, fmt.Sprintf(`from 1 to %d, got "-1"`, migrations.Latest)},
-		{[]string{"migrate", "to", "three"}, 2, fmt.Sprintf(`from 1 to %d, got "three"`, migrations.Latest)},
+		{[]string{"migrate", "to"}, 2, "to needs a VERSION, one of 1, 14"},
+		{[]string{"migrate", "to", "0"}, 2, `VERSION must be one of the versions this pgleader ships, 1, 14, got "0"`},
+		{[]string{"migrate", "to", fmt.Sprint(migrations.Latest + 1)}, 2, fmt.Sprintf(`VERSION must be one of the versions this pgleader ships, 1, 14, got "%d"`, migrations.Latest+1)},
+		{[]string{"migrate", "to", "2"}, 2, `ships, 1, 14, got "2"`},
+		{[]string{"migrate", "to", "13"}, 2, `ships, 1, 14, got "13"`},
+		{[]string{"migrate", "to", "-1"}, 2, `ships, 1, 14, got "-1"`},
+		{[]string{"migrate", "to", "three"}, 2, `ships, 1, 14, got "three"`},
 		{[]string{"migrate", "to", "2", "3"}, 2, "want one of up, down, version or to VERSION"},
 		{[]string{"migrate", "down"}, 2, "add --yes to confirm"},
 		{[]string{"status"}, 2, "no database: pass --database URL or set DATABASE_URL"},
@@ -174,11 +176,15 @@ func testMigrateTo(t *testing.T, bin string) {
 			t.Fatalf("pgleader %q: status %d, stdout %q, stderr:\n%s\nwant 0 and %q", step.args, code, stdout, stderr, step.want)
 		}
 	}
-	for _, bad := range []string{"0", fmt.Sprint(migrations.Latest + 1)} {
+	for _, bad := range []string{"0", "2", fmt.Sprint(migrations.Latest + 1)} {
 		code, _, stderr := runCLI(t, bin, env, "migrate", "to", bad)
-		if want := fmt.Sprintf("VERSION must be a whole number from 1 to %d", migrations.Latest); code != 2 || !strings.Contains(stderr, want) {
+		if want := "VERSION must be one of the versions this pgleader ships, 1, 14"; code != 2 || !strings.Contains(stderr, want) {
 			t.Fatalf("migrate to %s: status %d, stderr:\n%s\nwant 2 and %q", bad, code, stderr, want)
 		}
+	}
+	code, _, stderr := runCLI(t, bin, env, "migrate", "to", "1")
+	if want := "to 1 reverts version 14 and drops what it added; add --yes to confirm"; code != 2 || !strings.Contains(stderr, want) {
+		t.Fatalf("migrate to 1 without --yes: status %d, stderr:\n%s\nwant 2 and %q", code, stderr, want)
 	}
 	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != latest {
 		t.Fatalf("after the refused steps: status %d, %q; want %q", code, stdout, latest)

@@ -5,7 +5,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/pgleader/pgleader/migrations"
 )
@@ -66,11 +68,17 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("migrate: %w", err)
 		}
 		if target < current && !*yes {
-			reverted := fmt.Sprintf("versions %d to %d", target+1, current)
-			if target+1 == current {
-				reverted = fmt.Sprintf("version %d", current)
+			var reverted []string
+			for _, v := range migrations.Versions() {
+				if v > target && v <= current {
+					reverted = append(reverted, strconv.FormatUint(uint64(v), 10))
+				}
 			}
-			return usagef("migrate", "to %d reverts %s and drops what it added; add --yes to confirm", target, reverted)
+			what := "version " + strings.Join(reverted, ", ")
+			if len(reverted) > 1 {
+				what = "versions " + strings.Join(reverted, ", ")
+			}
+			return usagef("migrate", "to %d reverts %s and drops what it added; add --yes to confirm", target, what)
 		}
 		if err := migrations.To(ctx, pool, target); err != nil {
 			return err
@@ -91,18 +99,27 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// shippedList is the versions this pgleader ships, as "1, 14".
+func shippedList() string {
+	var vs []string
+	for _, v := range migrations.Versions() {
+		vs = append(vs, strconv.FormatUint(uint64(v), 10))
+	}
+	return strings.Join(vs, ", ")
+}
+
 // migrateAction checks migrate's arguments: one of up, down or version, or
-// to and a version from 1 to migrations.Latest.
+// to and a version this pgleader ships.
 func migrateAction(pos []string) (action string, target uint, err error) {
 	if len(pos) == 2 && pos[0] == "to" {
 		n, err := strconv.ParseUint(pos[1], 10, 32)
-		if err != nil || n < 1 || n > uint64(migrations.Latest) {
-			return "", 0, usagef("migrate", "to: VERSION must be a whole number from 1 to %d, got %q (down --yes reverts every version)", migrations.Latest, pos[1])
+		if err != nil || !slices.Contains(migrations.Versions(), uint(n)) {
+			return "", 0, usagef("migrate", "to: VERSION must be one of the versions this pgleader ships, %s, got %q (down --yes reverts every version)", shippedList(), pos[1])
 		}
 		return "to", uint(n), nil
 	}
 	if len(pos) == 1 && pos[0] == "to" {
-		return "", 0, usagef("migrate", "to needs a VERSION from 1 to %d", migrations.Latest)
+		return "", 0, usagef("migrate", "to needs a VERSION, one of %s", shippedList())
 	}
 	if len(pos) != 1 {
 		return "", 0, usagef("migrate", "want one of up, down, version or to VERSION, got %q", pos)

@@ -99,10 +99,9 @@ func (r *setRecorder) term(key string, token int64) time.Time {
 }
 
 // AcquireSet implements pgleader.SetBackend. A won key's term is
-// identified by the campaign's database time (Lease.Now): set_acquire
-// reports one reading for every key, taken after the rows were written, so
-// the checker matches it to the lease audit's acquisition time (see
-// alignStarts).
+// identified by its acquisition time on the database clock
+// (Lease.AcquiredAt: for a term handed to this member, the hand-off's), as
+// the lease audit records it.
 func (r *setRecorder) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) ([]pgleader.Lease, int, error) {
 	if err := r.gate.wait(); err != nil {
 		return nil, 0, err
@@ -115,7 +114,7 @@ func (r *setRecorder) AcquireSet(ctx context.Context, set, owner string, keys []
 	}
 	for _, l := range won {
 		e := r.event(KindAcquire, l.Key, sent, nil)
-		e.Token, e.DB, e.Expires, e.Term = l.Token, l.Now, l.ExpiresAt, l.Now
+		e.Token, e.DB, e.Expires, e.Term = l.Token, l.Now, l.ExpiresAt, l.AcquiredAt
 		r.mu.Lock()
 		r.won[l.Key] = e
 		r.mu.Unlock()
@@ -125,12 +124,13 @@ func (r *setRecorder) AcquireSet(ctx context.Context, set, owner string, keys []
 }
 
 // RenewSet implements pgleader.SetBackend: one renew event per key.
-func (r *setRecorder) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) ([]time.Time, []pgleader.SetMember, error) {
+func (r *setRecorder) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
 	if err := r.gate.wait(); err != nil {
-		return nil, nil, err
+		return pgleader.SetRenewal{}, err
 	}
 	sent := time.Now()
-	expires, members, err := r.pg.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
+	ans, err := r.pg.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
+	expires := ans.Expires
 	for i, k := range keys {
 		e := r.event(KindRenew, k, sent, err)
 		e.Token, e.Term = tokens[i], r.term(k, tokens[i])
@@ -143,16 +143,18 @@ func (r *setRecorder) RenewSet(ctx context.Context, set, owner string, keys []st
 		}
 		r.sink.Record(e)
 	}
-	return expires, members, err
+	return ans, err
 }
 
-// ReleaseSet implements pgleader.SetBackend: one release event per key.
-func (r *setRecorder) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, leave bool) ([]bool, error) {
+// ReleaseSet implements pgleader.SetBackend: one release event per key (a
+// term handed to another member ends as one released does; its successor's
+// term is recorded when its campaign confirms it).
+func (r *setRecorder) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, handOff []bool, leave bool) ([]bool, error) {
 	if err := r.gate.wait(); err != nil {
 		return nil, err
 	}
 	sent := time.Now()
-	released, err := r.pg.ReleaseSet(ctx, set, owner, keys, tokens, leave)
+	released, err := r.pg.ReleaseSet(ctx, set, owner, keys, tokens, handOff, leave)
 	for i, k := range keys {
 		e := r.event(KindRelease, k, sent, err)
 		e.Token, e.Term = tokens[i], r.term(k, tokens[i])

@@ -3,6 +3,7 @@ package pgleadertest
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pgleader/pgleader/pgleader"
@@ -65,14 +66,22 @@ func (b *Backend) AcquireSet(ctx context.Context, set, owner string, keys []stri
 		m++
 	}
 	n := held + len(keys)
-	limit := min(max((n+m-1)/m-held, 0)+extra, len(keys))
 	order := slices.Clone(keys)
 	slices.Sort(order)
 	floor := make(map[string]int64, len(floors))
 	for i, f := range floors {
 		floor[keys[i]] = f
 	}
+	// Terms handed to owner are confirmed first, and count as held.
 	var won []pgleader.Lease
+	for _, k := range order {
+		if r := b.leases[k]; r != nil && r.held(now) && r.holder == owner && r.handedOff {
+			r.handedOff, r.renewed, r.expires = false, now, now.Add(ttl)
+			b.record(Event{At: now, Op: OpAcquire, Key: k, Owner: owner, Token: r.token, OK: true, Expires: r.expires})
+			won = append(won, r.lease(k, now))
+		}
+	}
+	limit := min(max((n+m-1)/m-held-len(won), 0)+extra, len(keys)-len(won)) + len(won)
 	for _, k := range order {
 		if len(won) == limit {
 			break
@@ -89,26 +98,29 @@ func (b *Backend) AcquireSet(ctx context.Context, set, owner string, keys []stri
 }
 
 // RenewSet implements pgleader.SetBackend as pgleader.set_renew does.
-func (b *Backend) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) ([]time.Time, []pgleader.SetMember, error) {
+func (b *Backend) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
 	if err := pgleader.CheckSetRenew(set, owner, keys, tokens, ttl, held); err != nil {
-		return nil, nil, err
+		return pgleader.SetRenewal{}, err
 	}
 	now, err := b.enter(ctx)
 	if err != nil {
-		return nil, nil, err
+		return pgleader.SetRenewal{}, err
 	}
 	defer b.mu.Unlock()
 	b.record(Event{At: now, Op: OpRenewSet, Key: set, Owner: owner})
-	expires := make([]time.Time, len(keys))
+	out := pgleader.SetRenewal{Expires: make([]time.Time, len(keys))}
 	for i, k := range keys {
-		r := b.leases[k]
-		if r == nil || !r.held(now) || r.holder != owner || r.token != tokens[i] {
-			b.record(Event{At: now, Op: OpRenew, Key: k, Owner: owner, Token: tokens[i]})
+		r, err := b.renew(k, owner, tokens[i], ttl, now)
+		if err != nil {
 			continue
 		}
-		r.renewed, r.expires = now, now.Add(ttl)
-		expires[i] = r.expires
-		b.record(Event{At: now, Op: OpRenew, Key: k, Owner: owner, Token: tokens[i], OK: true, Expires: r.expires})
+		out.Expires[i] = r.expires
+		if r.resign {
+			if out.Resign == nil {
+				out.Resign = make([]bool, len(keys))
+			}
+			out.Resign[i] = true
+		}
 	}
 	if b.sets == nil {
 		b.sets = make(map[string]map[string]*member)
@@ -120,12 +132,13 @@ func (b *Backend) RenewSet(ctx context.Context, set, owner string, keys []string
 	if mb == nil || mb.held != held || mb.expires.Before(now.Add(ttl/2)) {
 		b.sets[set][owner] = &member{held: held, expires: now.Add(ttl)}
 	}
-	return expires, b.liveMembers(set, now), nil
+	out.Members = b.liveMembers(set, now)
+	return out, nil
 }
 
 // ReleaseSet implements pgleader.SetBackend as pgleader.set_release does.
-func (b *Backend) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, leave bool) ([]bool, error) {
-	if err := pgleader.CheckSetRelease(set, owner, keys, tokens); err != nil {
+func (b *Backend) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, handOff []bool, leave bool) ([]bool, error) {
+	if err := pgleader.CheckSetRelease(set, owner, keys, tokens, handOff); err != nil {
 		return nil, err
 	}
 	now, err := b.enter(ctx)
@@ -137,16 +150,40 @@ func (b *Backend) ReleaseSet(ctx context.Context, set, owner string, keys []stri
 	if leave {
 		delete(b.sets[set], owner)
 	}
+	var to []pgleader.SetMember // the other live members, each with the keys dealt to it
+	for _, mb := range b.liveMembers(set, now) {
+		if mb.Owner != owner {
+			to = append(to, mb)
+		}
+	}
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int { return strings.Compare(keys[i], keys[j]) })
 	out := make([]bool, len(keys))
-	for i, k := range keys {
+	for _, i := range order {
+		k := keys[i]
 		r := b.leases[k]
 		ok := r != nil && r.holder == owner && r.token == tokens[i]
-		if ok {
+		out[i] = ok
+		b.record(Event{At: now, Op: OpRelease, Key: k, Owner: owner, Token: tokens[i], OK: ok})
+		switch {
+		case !ok:
+		case handOff != nil && handOff[i] && len(to) > 0:
+			j := 0 // the fewest, then the first by owner
+			for n := range to {
+				if to[n].Held < to[j].Held {
+					j = n
+				}
+			}
+			to[j].Held++
+			*r = row{holder: to[j].Owner, token: r.token + 1, acquired: now, renewed: now,
+				expires: b.sets[set][to[j].Owner].expires, handedOff: true}
+		default:
 			*r = row{token: r.token}
 			b.notify(pgleader.Event{Kind: pgleader.EventReleased, Key: k})
 		}
-		out[i] = ok
-		b.record(Event{At: now, Op: OpRelease, Key: k, Owner: owner, Token: tokens[i], OK: ok})
 	}
 	return out, nil
 }
