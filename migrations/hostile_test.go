@@ -42,6 +42,7 @@ const (
 	victimRes       = "victim-res" // V's fence resource, claimed at token 7
 	victimSet       = "victim-set" // V's set
 	victimSetKey    = "victim-s1"  // a key V holds through its set
+	victimHanded    = "victim-s2"  // a key of V's set handed to victimCandidate, unconfirmed
 	hostileKey      = "h-own"      // H's own lease
 	hostileHolder   = "h-1"
 	hostileRes      = "h-res"
@@ -112,6 +113,12 @@ func (e *hostileEnv) seed(t *testing.T) {
 		{e.vc, `SELECT pgleader.fence_claim($1, $2)`, []any{victimRes, victimFence}},
 		{e.vc, `SELECT pgleader.set_renew($1, $2, '{}', '{}', '5 minutes', 1)`, []any{victimSet, victimHolder}},
 		{e.vc, `SELECT pgleader.set_acquire($1, $2, ARRAY[$3], '5 minutes', 0)`, []any{victimSet, victimHolder, victimSetKey}},
+		// A second key of V's set, handed by V's member to its other
+		// member, victimCandidate, and not yet confirmed.
+		{e.vc, `SELECT pgleader.set_renew($1, $2, '{}', '{}', '5 minutes', 0)`, []any{victimSet, victimCandidate}},
+		{e.vc, `SELECT pgleader.set_acquire($1, $2, ARRAY[$3], '5 minutes', 1, 1)`, []any{victimSet, victimHolder, victimHanded}},
+		{e.vc, `SELECT pgleader.set_release($1, $2, ARRAY[$3], ARRAY[(SELECT token FROM pgleader.lease($3))], false, '{true}')`,
+			[]any{victimSet, victimHolder, victimHanded}},
 		{e.hc, `SELECT pgleader.acquire($1, $2, '5 minutes')`, []any{hostileKey, hostileHolder}},
 		{e.hc, `SELECT pgleader.fence_claim($1, 1)`, []any{hostileRes}},
 		{e.hc, `SELECT pgleader.set_renew($1, $2, '{}', '{}', '5 minutes', 0)`, []any{hostileSet, hostileHolder}},
@@ -1353,7 +1360,10 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 			{what: "resign the victim's term, whatever its token", code: refused, msg: other,
 				run: rowsOf(`SELECT * FROM pgleader.resign($1, NULL)`, victimKey)},
 		},
-		"pgleader.set_acquire(text,text,text[],interval,integer,integer,bigint[])": {
+		"pgleader.set_acquire(text,text,text[],interval,integer,integer,bigint[],integer)": {
+			{what: "confirm the term V's set handed to its member",
+				run:    textsOf(`SELECT keys::text FROM pgleader.set_acquire($1, $2, '{}', '1 minute', 0)`, victimSet, victimCandidate),
+				verify: wantTexts("{}")},
 			{what: "acquire the victim's set key through its set", code: refused, msg: other,
 				run: rowsOf(`SELECT * FROM pgleader.set_acquire($1, $2, ARRAY[$3], '1 minute', 0, 0, NULL)`, victimSet, victimHolder, victimSetKey)},
 			// A set's members are counted per role: H joins a set of the

@@ -60,6 +60,7 @@
 --   constraint lease_token_nonnegative CHECK ((token >= 0))
 --   constraint lease_transfer_to_length CHECK (((transfer_to IS NULL) OR ((octet_length(transfer_to) >= 1) AND (octet_length(transfer_to) <= 200))))
 --   constraint lease_value_length CHECK (((value IS NULL) OR (octet_length(value) <= 1024)))
+--   CREATE INDEX lease_handed_holder ON pgleader.lease USING btree (holder) WHERE handed_off
 --   CREATE UNIQUE INDEX lease_pkey ON pgleader.lease USING btree (key)
 --   CREATE TRIGGER lease_draw BEFORE UPDATE OF token ON pgleader.lease FOR EACH ROW WHEN ((new.token IS DISTINCT FROM old.token)) EXECUTE FUNCTION pgleader._lease_draw()
 
@@ -1443,8 +1444,8 @@ BEGIN
 END
 $function$;
 
--- function pgleader.set_acquire(text,text,text[],interval,integer,integer,bigint[]); grants: none
-CREATE OR REPLACE FUNCTION pgleader.set_acquire(p_set text, p_owner text, p_keys text[], p_ttl interval, p_held integer, p_extra integer DEFAULT 0, p_floors bigint[] DEFAULT NULL::bigint[])
+-- function pgleader.set_acquire(text,text,text[],interval,integer,integer,bigint[],integer); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_acquire(p_set text, p_owner text, p_keys text[], p_ttl interval, p_held integer, p_extra integer DEFAULT 0, p_floors bigint[] DEFAULT NULL::bigint[], p_total integer DEFAULT NULL::integer)
  RETURNS TABLE(keys text[], tokens bigint[], expires_at timestamp with time zone[], acquired_at timestamp with time zone[], members integer, db_now timestamp with time zone)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -1469,13 +1470,17 @@ BEGIN
         RAISE EXCEPTION 'pgleader: held and extra must be zero or positive, got % and %',
             coalesce(p_held::text, 'NULL'), coalesce(p_extra::text, 'NULL') USING ERRCODE = '22023';
     END IF;
+    IF p_total < p_held + cardinality(p_keys) THEN
+        RAISE EXCEPTION 'pgleader: total must be at least held + the keys given (%), got %',
+            p_held + cardinality(p_keys), p_total USING ERRCODE = '22023';
+    END IF;
     g := pgleader._grace();
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
     t := clock_timestamp();
     WITH confirmed AS (
         UPDATE pgleader.lease AS l
            SET renewed_at = t, expires_at = t + p_ttl, handed_off = false
-         WHERE l.key = ANY (p_keys) AND l.holder = p_owner AND l.handed_off AND l.expires_at > t
+         WHERE l.handed_off AND l.holder = p_owner AND l.expires_at > t
            AND t >= g.grace_until AND (l.role = c OR pgleader._own(l.role, false))
         RETURNING l.key, l.token, l.expires_at, l.acquired_at
     )
@@ -1488,8 +1493,8 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgleader.set_member AS s WHERE s.set_name = p_set AND s.role = c AND s.owner = p_owner) THEN
         m := m + 1;
     END IF;
-    n := p_held + cardinality(p_keys);
-    lim := least(greatest((n + m - 1) / m - p_held - cardinality(ck), 0) + p_extra, cardinality(p_keys) - cardinality(ck));
+    n := coalesce(p_total, p_held + cardinality(p_keys));
+    lim := least(greatest((n + m - 1) / m - p_held - cardinality(ck), 0) + p_extra, cardinality(p_keys));
     RETURN QUERY
     SELECT coalesce(array_agg(w.key ORDER BY w.key), '{}'), coalesce(array_agg(w.token ORDER BY w.key), '{}'),
            coalesce(array_agg(w.expires_at ORDER BY w.key), '{}'), coalesce(array_agg(w.acquired_at ORDER BY w.key), '{}'),
@@ -1564,6 +1569,10 @@ DECLARE
     c name := pgleader._caller();
     g record;
     t timestamptz;
+    hk text[] := '{}';
+    ht bigint[] := '{}';
+    m record;
+    a integer := 1;
 BEGIN
     PERFORM pgleader._check_args(p_set, p_owner, NULL, true, false);
     PERFORM pgleader._check_keys(p_keys, p_tokens, true);
@@ -1581,49 +1590,45 @@ BEGIN
     END IF;
     g := pgleader._grace();
     t := clock_timestamp();
-    RETURN QUERY
-    WITH ending AS (
-        SELECT l.key, coalesce(u.h, false) AND t >= g.grace_until AND l.token < 9223372036854775807 AS h
-          FROM pgleader.lease AS l
-          JOIN unnest(p_keys, p_tokens, coalesce(p_hand_off, '{}')) AS u(k, tok, h) ON u.k = l.key
-         WHERE l.holder = p_owner AND l.token = u.tok AND (l.role = c OR pgleader._own(l.role, false))
-         ORDER BY l.key
-           FOR UPDATE OF l
-    ), slot AS (
-        -- Member m's n-th key (from 0) raises it to held + n + 1: taking
-        -- the slots in order of that level deals each key to the fewest.
-        SELECT s.owner, least(s.expires_at, t + g.max_ttl) AS expires_at,
-               row_number() OVER (ORDER BY s.held + n, s.owner) AS j
-          FROM pgleader.set_member AS s,
-               generate_series(0, (SELECT count(*) FROM ending AS e WHERE e.h) - 1) AS n
-         WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.expires_at > t
-    ), dealt AS (
-        SELECT e.key, row_number() OVER (ORDER BY e.key) AS j FROM ending AS e WHERE e.h
-    ), handed AS (
+    IF t >= g.grace_until AND p_hand_off IS NOT NULL THEN
+        SELECT coalesce(array_agg(u.k ORDER BY u.k), '{}'), coalesce(array_agg(u.tok ORDER BY u.k), '{}') INTO hk, ht
+          FROM unnest(p_keys, p_tokens, p_hand_off) AS u(k, tok, h) WHERE u.h;
+    END IF;
+    FOR m IN
+        SELECT w.owner, w.expires_at, count(*)::integer AS n
+          FROM (SELECT s.owner, least(s.expires_at, t + g.max_ttl) AS expires_at
+                  FROM pgleader.set_member AS s, generate_series(0, cardinality(hk) - 1) AS i
+                 WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.expires_at > t
+                 ORDER BY s.held + i, s.owner
+                 LIMIT cardinality(hk)) AS w
+         GROUP BY w.owner, w.expires_at
+         ORDER BY w.owner
+    LOOP
+        RETURN QUERY
         UPDATE pgleader.lease AS l
            SET token = l.token + 1,
                (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
-                 = (SELECT * FROM pgleader._term(s.owner, t, s.expires_at, NULL, 0, true))
-          FROM dealt AS d JOIN slot AS s ON s.j = d.j
-         WHERE l.key = d.key
-        RETURNING l.key, l.holder
-    ), freed AS (
-        UPDATE pgleader.lease AS l
-           SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
-                 = (SELECT * FROM pgleader._term())
-          FROM ending AS e
-         WHERE l.key = e.key AND NOT EXISTS (SELECT 1 FROM handed AS h WHERE h.key = e.key)
-        RETURNING l.key
-    )
-    SELECT h.key, h.holder FROM handed AS h
-    UNION ALL
-    SELECT f.key, NULL::text FROM freed AS f;
+                 = (SELECT * FROM pgleader._term(m.owner, t, m.expires_at, NULL, 0, true))
+          FROM unnest(hk[a:a + m.n - 1], ht[a:a + m.n - 1]) AS u(k, tok)
+         WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok AND l.token < 9223372036854775807
+           AND (l.role = c OR pgleader._own(l.role, false))
+        RETURNING l.key, l.holder;
+        a := a + m.n;
+    END LOOP;
+    RETURN QUERY
+    UPDATE pgleader.lease AS l
+       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+             = (SELECT * FROM pgleader._term())
+      FROM unnest(p_keys, p_tokens) AS u(k, tok)
+     WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
+       AND (l.role = c OR pgleader._own(l.role, false))
+    RETURNING l.key, NULL::text;
 END
 $function$;
 
 -- function pgleader.set_renew(text,text,text[],bigint[],interval,integer); grants: none
 CREATE OR REPLACE FUNCTION pgleader.set_renew(p_set text, p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval, p_held integer)
- RETURNS TABLE(renewed text[], expires_at timestamp with time zone[], resign text[], members text[], member_held integer[], db_now timestamp with time zone)
+ RETURNS TABLE(renewed text[], expires_at timestamp with time zone[], resign text[], members text[], member_held integer[], member_expires_at timestamp with time zone[], handed integer, db_now timestamp with time zone)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
@@ -1633,7 +1638,9 @@ DECLARE
     k text[] := '{}';
     e timestamptz[] := '{}';
     rs text[] := '{}';
+    t0 timestamptz := clock_timestamp();
     t timestamptz;
+    h integer;
     c name := pgleader._caller();
 BEGIN
     PERFORM pgleader._check_args(p_set, p_owner, p_ttl, true, true);
@@ -1650,13 +1657,15 @@ BEGIN
     END IF;
     t := clock_timestamp();
     INSERT INTO pgleader.set_member AS s (set_name, role, owner, held, joined_at, expires_at)
-    VALUES (p_set, c, p_owner, p_held, t, t + p_ttl)
+    VALUES (p_set, c, p_owner, p_held, t, t0 + p_ttl)
     ON CONFLICT (set_name, role, owner) DO UPDATE
        SET held = excluded.held, expires_at = excluded.expires_at,
-           joined_at = CASE WHEN s.expires_at <= t THEN t ELSE s.joined_at END
-     WHERE s.held <> excluded.held OR s.expires_at < t + p_ttl / 2;
+           joined_at = CASE WHEN s.expires_at <= t THEN t ELSE s.joined_at END;
+    SELECT count(*) INTO h FROM pgleader.lease AS l
+     WHERE l.handed_off AND l.holder = p_owner AND l.expires_at > t AND (l.role = c OR pgleader._own(l.role, false));
     RETURN QUERY
-    SELECT k, e, rs, coalesce(array_agg(s.owner ORDER BY s.owner), '{}'), coalesce(array_agg(s.held ORDER BY s.owner), '{}'), t
+    SELECT k, e, rs, coalesce(array_agg(s.owner ORDER BY s.owner), '{}'), coalesce(array_agg(s.held ORDER BY s.owner), '{}'),
+           coalesce(array_agg(s.expires_at ORDER BY s.owner), '{}'), h, t
       FROM pgleader.set_member AS s
      WHERE s.set_name = p_set AND s.role = c AND s.expires_at > t;
 END
@@ -1696,7 +1705,7 @@ $function$;
 
 -- function pgleader.set_tick(text,text,text[],bigint[],interval,integer); grants: none
 CREATE OR REPLACE FUNCTION pgleader.set_tick(p_set text, p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval, p_held integer)
- RETURNS TABLE(lost text[], resign text[], expires_at timestamp with time zone, members text[], member_held integer[], db_now timestamp with time zone)
+ RETURNS TABLE(lost text[], resign text[], expires_at timestamp with time zone, members text[], member_held integer[], member_expires_at timestamp with time zone[], handed integer, db_now timestamp with time zone)
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
@@ -1707,7 +1716,7 @@ AS $function$
                     SELECT r.k FROM unnest(s.renewed) AS r(k)) AS d),
            s.resign,
            (SELECT min(x.e) FROM unnest(s.expires_at) AS x(e)),
-           s.members, s.member_held, s.db_now
+           s.members, s.member_held, s.member_expires_at, s.handed, s.db_now
       FROM pgleader.set_renew(p_set, p_owner, p_keys, p_tokens, p_ttl, p_held) AS s
 $function$;
 

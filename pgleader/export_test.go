@@ -23,3 +23,11 @@ func SetLinger(p *Postgres, d time.Duration) {
 	defer p.lease.mu.Unlock()
 	p.lease.linger = d
 }
+
+// SetCampaignBudget sets the most keys one campaign of a Set sends, and
+// returns a function that restores it.
+func SetCampaignBudget(n int) (restore func()) {
+	old := campaignBudget
+	campaignBudget = n
+	return func() { campaignBudget = old }
+}

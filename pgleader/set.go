@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"iter"
 	"log/slog"
 	"maps"
@@ -210,9 +211,14 @@ type setRun struct {
 	nLive    int // terms in terms with no end reason yet
 	members  []SetMember
 	nMembers int
-	extra    int // keys the others agreed this replica takes beyond its share
+	ticked   bool // a tick was answered: members and handed are known
+	handed   int  // terms handed to this replica, unconfirmed, at the last tick
+	hinted   int  // the campaign a hint on the set's name asked for since the last one
+	extra    int  // keys the others agreed this replica takes beyond its share
 	freeSeen bool
 	shedHold time.Time // no campaign before it, after stepping down from keys (see shed)
+	paceAt   time.Time // no campaign before it: CampaignEvery after one that won nothing, or a backoff
+	window   int       // where the next campaign's part of the keys starts (see startCampaign)
 	failures int
 	stopping bool
 	left     bool
@@ -243,7 +249,11 @@ func (r *setRun) loop() {
 	// Join first: the first tick renews nothing and records the member,
 	// so the first campaign already counts this replica.
 	r.renewT = time.NewTimer(0)
-	r.campaignT = time.NewTimer(s.spec.CampaignEvery)
+	// The first campaign waits CampaignEvery, so the replicas that start
+	// together have joined: each counts them all and takes its share.
+	r.paceAt = time.Now().Add(s.spec.CampaignEvery)
+	r.campaignT = time.NewTimer(time.Hour)
+	r.campaignT.Stop() // until the first tick is answered
 	r.termT = time.NewTimer(time.Hour)
 	r.releaseT = time.NewTimer(time.Hour)
 	r.releaseT.Stop()
@@ -252,6 +262,12 @@ func (r *setRun) loop() {
 	defer r.campaignT.Stop()
 	defer r.termT.Stop()
 	stop := r.ctx.Done()
+	var hints <-chan Event
+	if w := s.backend.Abilities().Events; w != nil {
+		var unwatch func()
+		hints, unwatch = w.Watch(s.spec.Key) // ReleaseSet's hint after a hand-off
+		defer unwatch()
+	}
 	for {
 		if r.stopping && len(r.terms) == 0 && !r.renewing && !r.campaigning && !r.sending && !r.batching {
 			if len(r.pending) == 0 && r.left {
@@ -276,8 +292,17 @@ func (r *setRun) loop() {
 			r.startRenew()
 		case <-r.campaignT.C:
 			r.startCampaign()
+		case ev := <-hints:
+			// Keys freed (release) may be taken; keys handed off only
+			// confirmed, which sends no key.
+			r.hinted = max(r.hinted, confirmOnly)
+			if ev.Kind == EventReleased {
+				r.hinted = fullCampaign
+			}
+			r.schedule()
 		case f := <-r.done:
 			f()
+			r.drain() // what else has arrived, before settle looks at every term
 		case <-r.termT.C:
 			now := time.Now()
 			for k, st := range r.terms {
@@ -290,6 +315,20 @@ func (r *setRun) loop() {
 			r.startRelease()
 		}
 		r.settle()
+	}
+}
+
+// drain runs the answers already waiting on done: bodies that were told to
+// end together return together, and settle, which looks at every term,
+// then runs once for all of them rather than once per body.
+func (r *setRun) drain() {
+	for {
+		select {
+		case f := <-r.done:
+			f()
+		default:
+			return
+		}
 	}
 }
 
@@ -424,11 +463,12 @@ func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, term
 	s.mu.Lock()
 	s.status.LastRenewSent = sent
 	s.mu.Unlock()
-	r.members = d.Members
+	r.members, r.handed, r.ticked = d.Members, d.Handed, true
 	r.nMembers = max(len(d.Members), 1)
 	if !r.stopping {
 		r.renewT.Reset(time.Until(sent.Add(s.spec.RenewEvery)))
 		r.rebalance()
+		r.schedule()
 	}
 }
 
@@ -474,10 +514,11 @@ func (r *setRun) rebalance() {
 	}
 	// Keys nobody holds, seen on two ticks in a row, while every member is
 	// at its share (members that know fewer keys, a member that cannot
-	// win): the member holding fewest takes them.
+	// win): the member holding fewest takes them. While one is under its
+	// share it takes them itself, and none moves twice.
 	free := n - total
 	r.extra = 0
-	if free > 0 && lowest && r.freeSeen {
+	if free > 0 && lowest && r.freeSeen && deficit == 0 && held >= share {
 		r.extra = free
 	}
 	r.freeSeen = free > 0
@@ -540,31 +581,120 @@ func (r *setRun) candidates() []string {
 	return out
 }
 
-// startCampaign sends one campaign for every key this replica does not
-// hold, bounded by the yield instant of the terms it would start.
+// campaignBudget is the most keys one campaign sends: a campaign for more
+// would run past its deadline at 100,000 keys (docs/sets.md), so it takes
+// them in parts.
+var campaignBudget = 10000
+
+// A campaign takes free keys (and confirms the terms handed to this
+// replica), or only confirms those, sending no key.
+const (
+	noCampaign = iota
+	confirmOnly
+	fullCampaign
+)
+
+// wantCampaign says which campaign may take anything, as far as the last
+// tick tells, with the members whose rows lapsed by now left out: a full
+// one before the first tick, with extra keys agreed on, below the share
+// while keys are free, or after a hint that keys were freed; one that only
+// confirms with terms handed to this replica, or after a hint that keys
+// were handed off.
+func (r *setRun) wantCampaign(now time.Time) int {
+	r.s.mu.Lock()
+	n := len(r.s.keys)
+	r.s.mu.Unlock()
+	held, others, m := len(r.terms)+len(r.releasing), 0, 1
+	for _, mb := range r.members {
+		if mb.Owner != r.s.opts.Owner && mb.Expires.After(now) {
+			others, m = others+mb.Held, m+1
+		}
+	}
+	switch {
+	case !r.ticked || r.extra > 0 || (held < ceilDiv(n, m) && held+others < n):
+		return fullCampaign
+	case r.handed > 0:
+		return max(r.hinted, confirmOnly)
+	}
+	return r.hinted
+}
+
+// schedule arms the campaign timer: at once if a campaign may take
+// anything (but not before paceAt or shedHold), else at the instant the
+// first other member's row lapses, when its keys may be free.
+func (r *setRun) schedule() {
+	if r.campaigning || r.stopping {
+		return
+	}
+	now := time.Now()
+	var at time.Time
+	if r.wantCampaign(now) != noCampaign {
+		at = now
+	} else {
+		for _, mb := range r.members {
+			if mb.Owner != r.s.opts.Owner && mb.Expires.After(now) && (at.IsZero() || mb.Expires.Before(at)) {
+				at = mb.Expires
+			}
+		}
+	}
+	if !at.IsZero() {
+		at = latest(at, r.paceAt, r.shedHold)
+	}
+	wake(r.campaignT, at)
+}
+
+func latest(t time.Time, ts ...time.Time) time.Time {
+	for _, u := range ts {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
+}
+
+// startCampaign sends one campaign, if one may take anything, for the keys
+// this replica does not hold (at most campaignBudget of them, a part that
+// moves on at each campaign), bounded by the yield instant of the terms it
+// would start.
 func (r *setRun) startCampaign() {
 	s := r.s
 	if r.campaigning || r.stopping {
 		return
 	}
-	if wait := time.Until(r.shedHold); wait > 0 {
-		r.campaignT.Reset(wait)
+	now := time.Now()
+	want := r.wantCampaign(now)
+	if now.Before(latest(r.paceAt, r.shedHold)) || want == noCampaign {
+		r.schedule()
 		return
 	}
+	r.hinted = noCampaign
 	keys := r.candidates()
-	if len(keys) == 0 {
-		r.campaignT.Reset(s.spec.CampaignEvery - jitter(s.spec.CampaignEvery/10))
-		return
-	}
 	held := len(r.terms) + len(r.releasing)
 	s.mu.Lock()
 	held = min(held, len(s.keys)-len(keys))
+	total := held + len(keys)
 	s.mu.Unlock()
+	if want == confirmOnly {
+		keys = nil
+	} else if len(keys) > campaignBudget {
+		// Replicas start their parts apart, so that at a cold start they
+		// do not all ask for the same keys first.
+		if r.window == 0 {
+			r.window = int(crc32.ChecksumIEEE([]byte(s.opts.Owner)))
+		}
+		from := r.window % len(keys)
+		r.window = from + campaignBudget
+		if to := from + campaignBudget; to <= len(keys) {
+			keys = keys[from:to]
+		} else {
+			keys = slices.Concat(keys[from:], keys[:to-len(keys)])
+		}
+	}
 	extra := r.extra
 	r.campaigning = true
 	go func() {
 		var floors []int64
-		if s.opts.FenceFloors != nil {
+		if s.opts.FenceFloors != nil && len(keys) > 0 {
 			fctx, cancel := context.WithTimeout(r.ctx, s.spec.TTL)
 			fl, err := s.opts.FenceFloors(fctx, keys)
 			cancel()
@@ -575,7 +705,7 @@ func (r *setRun) startCampaign() {
 				err = CheckFloor(fl[i])
 			}
 			if err != nil {
-				r.done <- func() { r.campaigned(time.Time{}, nil, 0, fmt.Errorf("pgleader: FenceFloors: %w", err)) }
+				r.done <- func() { r.campaigned(time.Time{}, nil, 0, false, fmt.Errorf("pgleader: FenceFloors: %w", err)) }
 				return
 			}
 			floors = fl
@@ -583,12 +713,12 @@ func (r *setRun) startCampaign() {
 		sent := time.Now()
 		ctx, cancel := context.WithDeadline(r.ctx, s.spec.yieldAt(sent))
 		defer cancel()
-		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra)
-		r.done <- func() { r.campaigned(sent, won, members, err) }
+		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra, total)
+		r.done <- func() { r.campaigned(sent, won, members, len(keys) == 0, err) }
 	}()
 }
 
-func (r *setRun) campaigned(sent time.Time, won []Lease, members int, err error) {
+func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming bool, err error) {
 	s := r.s
 	r.campaigning = false
 	if err != nil {
@@ -599,23 +729,29 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, err error)
 		r.failures++
 		retry := s.spec.backoff(r.failures)
 		s.log.Warn("campaign failed", "err", err, "retry_in", retry)
-		if !r.stopping {
-			r.campaignT.Reset(retry)
-		}
+		r.paceAt = time.Now().Add(retry)
+		r.schedule()
 		return
 	}
 	r.failures = 0
 	r.nMembers = max(members, 1)
+	// A campaign that won keys goes on at once with the next part while
+	// one may take more; one that won nothing waits CampaignEvery, or a
+	// tenth of it if it only confirmed (it sent no key). A flood of forged
+	// hints costs one campaign, or ten that send no key, per CampaignEvery.
+	pace := s.spec.CampaignEvery
+	if confirming {
+		pace /= 10
+	}
+	r.paceAt = time.Now().Add(pace - jitter(pace/10))
 	if len(won) > 0 {
-		r.extra = 0
+		r.paceAt, r.extra, r.handed = time.Time{}, 0, 0
 		for _, l := range won {
 			r.start(l, sent)
 		}
 		r.startRelease()
 	}
-	if !r.stopping {
-		r.campaignT.Reset(s.spec.CampaignEvery - jitter(s.spec.CampaignEvery/10))
-	}
+	r.schedule()
 }
 
 // start begins the term of a key won by a campaign sent at sent. A term
@@ -761,8 +897,5 @@ func (r *setRun) applyKeys() {
 	}
 	s.mu.Unlock()
 	r.yield(slices.Values(gone), lifecycle.Stopped)
-	if len(gone) == 0 && !r.campaigning && !r.stopping && r.extra == 0 {
-		// New keys: campaign soon rather than at the next interval.
-		r.campaignT.Reset(0)
-	}
+	r.schedule() // added keys may be free
 }

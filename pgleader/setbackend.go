@@ -11,6 +11,9 @@ type SetMember struct {
 	Owner string
 	// Held is how many of the set's keys it held live at its last renewal.
 	Held int
+	// Expires is when its membership lapses unless it renews: no later
+	// than the leases it renewed with it.
+	Expires time.Time
 }
 
 // SetRenewal is the answer of [SetBackend.RenewSet], per key in the order
@@ -25,6 +28,9 @@ type SetRenewal struct {
 	Resign []bool
 	// Members are the set's live members, owner included, ordered by owner.
 	Members []SetMember
+	// Handed is how many terms other members handed to owner
+	// (ReleaseSet) that wait for its AcquireSet to confirm them.
+	Handed int
 }
 
 // SetBackend runs the batched operations of a [Set]: each call is one
@@ -33,17 +39,19 @@ type SetRenewal struct {
 // be safe for concurrent use. [Postgres] implements it; so does the
 // in-memory backend of package pgleadertest.
 type SetBackend interface {
-	// AcquireSet is a replica's campaign. It counts the set's live members
-	// (owner included, even before it first renews), takes for owner up to
-	// ceil(n / members) - held + extra of keys, where n = held + len(keys),
-	// among those whose lease is free or expired, each drawing a token
-	// above its counter and its floor (floors[i] for keys[i]; floors may be
-	// nil), and returns the leases won and the member count. keys are the
-	// set's keys owner does not hold. A key locked by another operation is
-	// skipped, not waited for. Keys handed to owner by another member's
-	// ReleaseSet are confirmed first (their tokens as handed, counted as
-	// held) and returned as won, with AcquiredAt the hand-off's instant.
-	AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) (won []Lease, members int, err error)
+	// AcquireSet is a replica's campaign. It first confirms every term
+	// handed to owner by another member's ReleaseSet (its token as handed,
+	// AcquiredAt the hand-off's instant) and returns it as won. Then it
+	// counts the set's live members (owner included, even before it first
+	// renews) and takes for owner up to ceil(total / members) - held -
+	// (terms confirmed) + extra of keys, among those whose lease is free or
+	// expired, each drawing a token above its counter and its floor
+	// (floors[i] for keys[i]; floors may be nil); it returns the leases won
+	// and the member count. keys are set keys owner does not hold, all of
+	// them or a part; total is how many keys of the set owner knows (0:
+	// held + len(keys)). A key locked by another operation is skipped, not
+	// waited for.
+	AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) (won []Lease, members int, err error)
 
 	// RenewSet is a replica's renewal tick: it renews each term (keys[i],
 	// owner, tokens[i]) as RenewTerm would, and records owner as a live
@@ -101,7 +109,7 @@ func checkSetCall(set, owner string, keys []string, tokens []int64, needTokens b
 // CheckSetAcquire returns an error matching [ErrInvalid] unless the
 // arguments of [SetBackend.AcquireSet] are valid; backends call it before
 // they send anything.
-func CheckSetAcquire(set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) error {
+func CheckSetAcquire(set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) error {
 	if err := checkSetCall(set, owner, keys, nil, false); err != nil {
 		return err
 	}
@@ -118,6 +126,9 @@ func CheckSetAcquire(set, owner string, keys []string, floors []int64, ttl time.
 	}
 	if held < 0 || extra < 0 {
 		return invalidf("held and extra must not be negative, got %d and %d", held, extra)
+	}
+	if total != 0 && total < held+len(keys) {
+		return invalidf("total must be 0 or at least held + len(keys) (%d), got %d", held+len(keys), total)
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
 package pgleader
 
 import (
+	"cmp"
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -11,8 +13,8 @@ import (
 var _ SetBackend = (*Postgres)(nil)
 
 // AcquireSet implements [SetBackend] with one call of pgleader.set_acquire.
-func (p *Postgres) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) ([]Lease, int, error) {
-	if err := CheckSetAcquire(set, owner, keys, floors, ttl, held, extra); err != nil {
+func (p *Postgres) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]Lease, int, error) {
+	if err := CheckSetAcquire(set, owner, keys, floors, ttl, held, extra, total); err != nil {
 		return nil, 0, err
 	}
 	if keys == nil {
@@ -28,8 +30,8 @@ func (p *Postgres) AcquireSet(ctx context.Context, set, owner string, keys []str
 	)
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT keys, tokens, expires_at, acquired_at, members, db_now FROM pgleader.set_acquire($1, $2, $3, $4, $5, $6, $7)`, exec,
-			set, owner, keys, interval(ttl), held, extra, floors,
+			`SELECT keys, tokens, expires_at, acquired_at, members, db_now FROM pgleader.set_acquire($1, $2, $3, $4, $5, $6, $7, $8)`, exec,
+			set, owner, keys, interval(ttl), held, extra, floors, nullIfZero(total),
 		).Scan(&won, &tokens, &expires, &acquired, &members, &now)
 	})
 	if err != nil {
@@ -57,17 +59,19 @@ func (p *Postgres) RenewSet(ctx context.Context, set, owner string, keys []strin
 		first        pgtype.Timestamptz
 		owners       []string
 		counts       []int32
+		lapse        []time.Time
+		handed       int32
 	)
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT lost, resign, expires_at, members, member_held FROM pgleader.set_tick($1, $2, $3, $4, $5, $6)`, exec,
+			`SELECT lost, resign, expires_at, members, member_held, member_expires_at, handed FROM pgleader.set_tick($1, $2, $3, $4, $5, $6)`, exec,
 			set, owner, keys, tokens, interval(ttl), held,
-		).Scan(&lost, &resign, &first, &owners, &counts)
+		).Scan(&lost, &resign, &first, &owners, &counts, &lapse, &handed)
 	})
 	if err != nil {
 		return SetRenewal{}, sqlError("set_tick", err)
 	}
-	r := SetRenewal{Expires: make([]time.Time, len(keys)), Members: make([]SetMember, len(owners))}
+	r := SetRenewal{Expires: make([]time.Time, len(keys)), Members: make([]SetMember, len(owners)), Handed: int(handed)}
 	for i, gone := range among(keys, lost) {
 		if !gone {
 			r.Expires[i] = first.Time // no key renewed expires sooner
@@ -77,7 +81,7 @@ func (p *Postgres) RenewSet(ctx context.Context, set, owner string, keys []strin
 		r.Resign = among(keys, resign)
 	}
 	for i, o := range owners {
-		r.Members[i] = SetMember{Owner: o, Held: int(counts[i])}
+		r.Members[i] = SetMember{Owner: o, Held: int(counts[i]), Expires: lapse[i]}
 	}
 	return r, nil
 }
@@ -92,15 +96,41 @@ func (p *Postgres) ReleaseSet(ctx context.Context, set, owner string, keys []str
 	}
 	var ended []string
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
-		return db.QueryRow(ctx,
-			`SELECT coalesce(array_agg(key), '{}') FROM pgleader.set_release($1, $2, $3, $4, $5, $6)`, exec,
+		var freed int
+		err := db.QueryRow(ctx,
+			`SELECT coalesce(array_agg(key), '{}'), count(*) - count(successor) FROM pgleader.set_release($1, $2, $3, $4, $5, $6)`, exec,
 			set, owner, keys, tokens, leave, handOff,
-		).Scan(&ended)
+		).Scan(&ended, &freed)
+		if err == nil && len(ended) > 0 {
+			// The other members confirm the keys handed to them, and
+			// campaign for the keys freed, at their next campaign; this
+			// hint, on the set's name, brings it forward (Set.Run):
+			// "release" when keys were freed, "acquire" when all were
+			// handed off.
+			event := "acquire"
+			if freed > 0 {
+				event = "release"
+			}
+			var none string
+			if herr := db.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, channel, hintPayload(event, set)).Scan(&none); herr != nil {
+				cmp.Or(p.log, slog.Default()).Warn("the hint after a set's release or hand-off failed; the other members learn of it at their next tick",
+					"set", set, "err", herr)
+			}
+		}
+		return err
 	})
 	if err != nil {
 		return nil, sqlError("set_release", err)
 	}
 	return among(keys, ended), nil
+}
+
+// nullIfZero is n, or NULL for 0.
+func nullIfZero(n int) any {
+	if n == 0 {
+		return nil
+	}
+	return n
 }
 
 // among reports, for each of keys, whether it is one of some.

@@ -46,6 +46,7 @@ var (
 	only          = flag.String("only", "", "comma-separated subset: handover,mechanisms,api,deploy,failover,load,fence,sets")
 	setBig        = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
 	setShared     = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
+	setScale      = intList("set-scale", "10000,100000", "key counts shared by three replicas in the sets scale measurement (issue 27)")
 	setFor        = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
 )
 

@@ -23,9 +23,12 @@ type setReplica struct {
 	pg      *pgleader.Postgres
 	count   *counter
 	crashed atomic.Bool
-	set     *pgleader.Set
-	cancel  context.CancelFunc
-	done    chan error
+	// campaigns and ticks count the set's statements by kind; last is
+	// when the last tick answered was sent (UnixNano).
+	campaigns, ticks, last atomic.Int64
+	set                    *pgleader.Set
+	cancel                 context.CancelFunc
+	done                   chan error
 }
 
 // Abilities implements pgleader.SetBackend: the PostgreSQL backend's.
@@ -57,19 +60,29 @@ func (r *setReplica) close() {
 
 // AcquireSet, RenewSet and ReleaseSet fail once the replica has crashed:
 // it then renews and releases nothing, as a process that died.
-func (r *setReplica) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) ([]pgleader.Lease, int, error) {
+func (r *setReplica) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]pgleader.Lease, int, error) {
 	if r.crashed.Load() {
 		return nil, 0, errCrashed
 	}
-	return r.pg.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra)
+	r.campaigns.Add(1)
+	return r.pg.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total)
 }
 
 func (r *setReplica) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
 	if r.crashed.Load() {
 		return pgleader.SetRenewal{}, errCrashed
 	}
-	return r.pg.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
+	r.ticks.Add(1)
+	sent := time.Now()
+	ans, err := r.pg.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
+	if err == nil {
+		r.last.Store(sent.UnixNano())
+	}
+	return ans, err
 }
+
+// lastTick is when the last tick answered was sent.
+func (r *setReplica) lastTick() time.Time { return time.Unix(0, r.last.Load()) }
 
 func (r *setReplica) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, handOff []bool, leave bool) ([]bool, error) {
 	if r.crashed.Load() {
@@ -182,7 +195,15 @@ func (b *bench) setsTable(ctx context.Context) error {
 	if err := b.setBigRun(ctx); err != nil {
 		return err
 	}
-	return b.setSharedRun(ctx)
+	if err := b.setSharedRun(ctx); err != nil {
+		return err
+	}
+	for _, n := range *setScale {
+		if err := b.setScaleRun(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *bench) setBigRun(ctx context.Context) error {

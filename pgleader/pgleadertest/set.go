@@ -1,7 +1,9 @@
 package pgleadertest
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -30,7 +32,7 @@ func (b *Backend) liveMembers(set string, now time.Time) []pgleader.SetMember {
 	var out []pgleader.SetMember
 	for owner, m := range b.sets[set] {
 		if now.Before(m.expires) {
-			out = append(out, pgleader.SetMember{Owner: owner, Held: m.held})
+			out = append(out, pgleader.SetMember{Owner: owner, Held: m.held, Expires: m.expires})
 		}
 	}
 	slices.SortFunc(out, func(a, c pgleader.SetMember) int {
@@ -46,8 +48,8 @@ func (b *Backend) liveMembers(set string, now time.Time) []pgleader.SetMember {
 }
 
 // AcquireSet implements pgleader.SetBackend as pgleader.set_acquire does.
-func (b *Backend) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra int) ([]pgleader.Lease, int, error) {
-	if err := pgleader.CheckSetAcquire(set, owner, keys, floors, ttl, held, extra); err != nil {
+func (b *Backend) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]pgleader.Lease, int, error) {
+	if err := pgleader.CheckSetAcquire(set, owner, keys, floors, ttl, held, extra, total); err != nil {
 		return nil, 0, err
 	}
 	now, err := b.enter(ctx)
@@ -65,23 +67,23 @@ func (b *Backend) AcquireSet(ctx context.Context, set, owner string, keys []stri
 	if !self {
 		m++
 	}
-	n := held + len(keys)
+	n := cmp.Or(total, held+len(keys))
 	order := slices.Clone(keys)
 	slices.Sort(order)
 	floor := make(map[string]int64, len(floors))
 	for i, f := range floors {
 		floor[keys[i]] = f
 	}
-	// Terms handed to owner are confirmed first, and count as held.
+	// Every term handed to owner is confirmed first, and counts as held.
 	var won []pgleader.Lease
-	for _, k := range order {
-		if r := b.leases[k]; r != nil && r.held(now) && r.holder == owner && r.handedOff {
+	for _, k := range slices.Sorted(maps.Keys(b.leases)) {
+		if r := b.leases[k]; r.held(now) && r.holder == owner && r.handedOff {
 			r.handedOff, r.renewed, r.expires = false, now, now.Add(ttl)
 			b.record(Event{At: now, Op: OpAcquire, Key: k, Owner: owner, Token: r.token, OK: true, Expires: r.expires})
 			won = append(won, r.lease(k, now))
 		}
 	}
-	limit := min(max((n+m-1)/m-held-len(won), 0)+extra, len(keys)-len(won)) + len(won)
+	limit := min(max((n+m-1)/m-held-len(won), 0)+extra, len(keys)) + len(won)
 	for _, k := range order {
 		if len(won) == limit {
 			break
@@ -128,11 +130,13 @@ func (b *Backend) RenewSet(ctx context.Context, set, owner string, keys []string
 	if b.sets[set] == nil {
 		b.sets[set] = make(map[string]*member)
 	}
-	mb := b.sets[set][owner]
-	if mb == nil || mb.held != held || mb.expires.Before(now.Add(ttl/2)) {
-		b.sets[set][owner] = &member{held: held, expires: now.Add(ttl)}
-	}
+	b.sets[set][owner] = &member{held: held, expires: now.Add(ttl)}
 	out.Members = b.liveMembers(set, now)
+	for _, r := range b.leases {
+		if r.held(now) && r.holder == owner && r.handedOff {
+			out.Handed++
+		}
+	}
 	return out, nil
 }
 
@@ -162,6 +166,15 @@ func (b *Backend) ReleaseSet(ctx context.Context, set, owner string, keys []stri
 	}
 	slices.SortFunc(order, func(i, j int) int { return strings.Compare(keys[i], keys[j]) })
 	out := make([]bool, len(keys))
+	freed := false
+	defer func() {
+		// The hint on the set's name, as Postgres sends it.
+		if freed {
+			b.notify(pgleader.Event{Kind: pgleader.EventReleased, Key: set})
+		} else if slices.Contains(out, true) {
+			b.notify(pgleader.Event{Kind: pgleader.EventAcquired, Key: set})
+		}
+	}()
 	for _, i := range order {
 		k := keys[i]
 		r := b.leases[k]
@@ -182,6 +195,7 @@ func (b *Backend) ReleaseSet(ctx context.Context, set, owner string, keys []stri
 				expires: b.sets[set][to[j].Owner].expires, handedOff: true}
 		default:
 			*r = row{token: r.token}
+			freed = true
 			b.notify(pgleader.Event{Kind: pgleader.EventReleased, Key: k})
 		}
 	}

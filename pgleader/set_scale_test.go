@@ -1,0 +1,142 @@
+package pgleader_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/pgleader/pgleader/pgleader"
+	"github.com/pgleader/pgleader/pgleader/pgleadertest"
+)
+
+// campaignSizes records how many keys each campaign sent.
+type campaignSizes struct {
+	pgleader.SetBackend
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (c *campaignSizes) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]pgleader.Lease, int, error) {
+	c.mu.Lock()
+	c.sizes = append(c.sizes, len(keys))
+	c.mu.Unlock()
+	return c.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total)
+}
+
+// TestSetCampaignsInParts: a set with more keys than one campaign may send
+// takes them in parts, each campaign at most the budget, one after another
+// without waiting CampaignEvery between parts that won keys.
+func TestSetCampaignsInParts(t *testing.T) {
+	defer pgleader.SetCampaignBudget(10)()
+	synctest.Test(t, func(t *testing.T) {
+		b := &campaignSizes{SetBackend: pgleadertest.NewBackend()}
+		spec := setSpec("s")
+		r := startSet(t, b, spec, keyNames("k", 55), pgleader.SetOptions{Owner: "a", Lead: quickBody})
+		spec = r.set.Spec()
+		// The first campaign waits CampaignEvery; the parts follow at once.
+		time.Sleep(spec.CampaignEvery + 100*time.Millisecond)
+		synctest.Wait()
+		if h := held(r)[0]; h != 55 {
+			t.Fatalf("held %d of 55 just after the first campaign; want all, in parts", h)
+		}
+		b.mu.Lock()
+		sizes := slices.Clone(b.sizes)
+		b.mu.Unlock()
+		if len(sizes) < 6 || slices.Max(sizes) > 10 {
+			t.Fatalf("campaigns sent %v keys; want 6 or more campaigns of at most 10", sizes)
+		}
+		r.stop(t)
+	})
+}
+
+// TestSetNoCampaignAtShare: replicas at their share, with no key free, send
+// no campaign, and one tick per RenewEvery each.
+func TestSetNoCampaignAtShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		sets := startReplicas(t, keyNames("k", 30), b, b, b)
+		time.Sleep(12 * time.Second)
+		synctest.Wait()
+		if h := held(sets...); h[0] != 10 || h[1] != 10 || h[2] != 10 {
+			t.Fatalf("held %v; want 10 each", h)
+		}
+		spec := sets[0].set.Spec()
+		campaigns, ticks := countOps(b, pgleadertest.OpAcquireSet, ""), countOps(b, pgleadertest.OpRenewSet, "")
+		time.Sleep(30 * spec.RenewEvery)
+		synctest.Wait()
+		if n := countOps(b, pgleadertest.OpAcquireSet, "") - campaigns; n != 0 {
+			t.Errorf("%d campaigns in 30 RenewEvery at the share; want 0", n)
+		}
+		if n := countOps(b, pgleadertest.OpRenewSet, "") - ticks; n > 3*30 {
+			t.Errorf("%d ticks in 30 RenewEvery by 3 replicas; want at most 90", n)
+		}
+		for _, s := range sets {
+			s.stop(t)
+		}
+	})
+}
+
+// TestSetDeathMovesEachKeyOnce: when a member dies, the others take its
+// keys within TTL + CampaignEvery of its last tick, each key once, evenly,
+// and move no other key. (Before, the member holding fewest could take
+// all the free keys as "extra" and then give half away.)
+func TestSetDeathMovesEachKeyOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		views := []*crashable{{SetBackend: b}, {SetBackend: b}, {SetBackend: b}}
+		keys := keyNames("k", 300)
+		// r2 ticks 700 ms out of step with the others, so its lease lapses
+		// between their ticks.
+		sets := startReplicas(t, keys, views[0], views[1])
+		time.Sleep(700 * time.Millisecond)
+		sets = append(sets, startSet(t, views[2], setSpec("s"), keys, pgleader.SetOptions{Owner: "r2", Lead: quickBody}))
+		time.Sleep(12 * time.Second)
+		synctest.Wait()
+		if h := held(sets...); h[0] != 100 || h[1] != 100 || h[2] != 100 {
+			t.Fatalf("held %v; want 100 each", h)
+		}
+		spec := sets[0].set.Spec()
+		var dead []string
+		for _, tm := range sets[2].set.Terms() {
+			dead = append(dead, tm.Key())
+		}
+		since := len(b.History())
+		views[2].dead.Store(true)
+		time.Sleep(2 * spec.TTL)
+		synctest.Wait()
+		if h := held(sets[:2]...); h[0] != 150 || h[1] != 150 {
+			t.Errorf("held %v after the death; want 150 each", h)
+		}
+		var lastTick time.Time
+		moves := map[string][]pgleadertest.Event{}
+		for _, e := range b.History() {
+			if e.Op == pgleadertest.OpRenewSet && e.Owner == "r2" {
+				lastTick = e.At
+			}
+		}
+		for _, e := range b.History()[since:] {
+			if e.Op == pgleadertest.OpAcquire && e.OK {
+				moves[e.Key] = append(moves[e.Key], e)
+			}
+		}
+		for _, k := range dead {
+			if len(moves[k]) != 1 {
+				t.Errorf("key %s of the dead member moved %d times; want once", k, len(moves[k]))
+			} else if late := moves[k][0].At.Sub(lastTick); late > spec.TTL+spec.CampaignEvery {
+				t.Errorf("key %s taken %v after the dead member's last tick; want at most TTL + CampaignEvery", k, late)
+			}
+			delete(moves, k)
+		}
+		for k, es := range moves {
+			t.Errorf("key %s, not the dead member's, moved %d times", k, len(es))
+		}
+		views[2].dead.Store(false)
+		for _, s := range sets {
+			s.stop(t)
+		}
+		assertNoOverlap(t, b)
+	})
+}
