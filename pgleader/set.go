@@ -650,6 +650,15 @@ func (r *setRun) bodyReturned(st *setTerm, err error, cancelled bool) {
 	r.step(st.t.key, st, st.m.BodyDone(refused, err != nil, cancelled, time.Now()))
 }
 
+// releaseBound bounds a statement that ends n terms: ReleaseTimeout for
+// each thousand, at most TTL - Margin. A release of 33,000 keys takes about
+// a second on the development VM; cut off at ReleaseTimeout it ended none,
+// and every key waited for its expiry. The terms have ended already: the
+// bound only decides how long Run waits for the statement.
+func releaseBound(sp Spec, n int) time.Duration {
+	return min(sp.ReleaseTimeout*time.Duration(1+n/1000), sp.TTL-sp.Margin)
+}
+
 // releaseBatchWait is how long a release waits for others to share its
 // statement.
 const releaseBatchWait = 5 * time.Millisecond
@@ -699,7 +708,7 @@ func (r *setRun) startRelease() {
 	leave := canLeave
 	r.sending = true
 	go func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), s.spec.ReleaseTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), releaseBound(s.spec, len(keys)))
 		defer cancel()
 		ok, err := s.backend.ReleaseSet(ctx, s.spec.Key, s.opts.Owner, keys, tokens, handOff, leave)
 		r.done <- func() { r.released(keys, ok, leave, err) }

@@ -140,3 +140,42 @@ func TestSetDeathMovesEachKeyOnce(t *testing.T) {
 		assertNoOverlap(t, b)
 	})
 }
+
+// slowReleases makes each ReleaseSet take delay, failing as a statement
+// cancelled by its context would.
+type slowReleases struct {
+	pgleader.SetBackend
+	delay time.Duration
+}
+
+func (s *slowReleases) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, handOff []bool, leave bool) ([]bool, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.SetBackend.ReleaseSet(ctx, set, owner, keys, tokens, handOff, leave)
+}
+
+// TestSetReleasesManyKeysPastReleaseTimeout: a statement ending thousands
+// of terms may take longer than ReleaseTimeout (a second for 33,000 keys);
+// it is given ReleaseTimeout per thousand keys, so it ends them rather
+// than leave every key to its expiry.
+func TestSetReleasesManyKeysPastReleaseTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		keys := keyNames("k", 2500)
+		r := startSet(t, &slowReleases{SetBackend: b, delay: time.Second}, setSpec("s"), keys, pgleader.SetOptions{Owner: "a", Lead: quickBody})
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if h := held(r)[0]; h != 2500 {
+			t.Fatalf("held %d; want 2500", h)
+		}
+		r.stop(t)
+		for _, k := range []string{keys[0], keys[1249], keys[2499]} {
+			if l, _ := b.Lease(context.Background(), k); l.Held() {
+				t.Errorf("key %s still held after the stop: the release of 2,500 keys, taking 1 s, was cut off", k)
+			}
+		}
+	})
+}
