@@ -110,46 +110,10 @@ func (r *setReplica) stop() {
 	r.cancel = nil
 }
 
-// leadLog records, per key, when the latest term's body was entered and by
-// whom.
-type leadLog struct {
-	mu   sync.Mutex
-	last map[string]leadEntry
-}
-
+// leadEntry is a body entered: by whom, when.
 type leadEntry struct {
 	owner string
 	at    time.Time
-}
-
-func (l *leadLog) body(ctx context.Context, t *pgleader.Term) error {
-	l.mu.Lock()
-	l.last[t.Key()] = leadEntry{t.Owner(), time.Now()}
-	l.mu.Unlock()
-	select {
-	case <-t.Ending():
-	case <-ctx.Done():
-	}
-	return nil
-}
-
-// takeovers waits until every key of keys has a term entered after since
-// by another owner than from, up to limit, and returns each key's delay.
-func (l *leadLog) takeovers(ctx context.Context, keys []string, from string, since time.Time, limit time.Duration) ([]time.Duration, int) {
-	deadline := since.Add(limit)
-	for {
-		var out []time.Duration
-		l.mu.Lock()
-		for _, k := range keys {
-			if e := l.last[k]; e.owner != from && e.at.After(since) {
-				out = append(out, e.at.Sub(since))
-			}
-		}
-		l.mu.Unlock()
-		if len(out) == len(keys) || time.Now().After(deadline) || !wait.Sleep(ctx, 10*time.Millisecond) {
-			return out, len(keys) - len(out)
-		}
-	}
 }
 
 type tickTimes struct {
@@ -315,7 +279,7 @@ func percentileMax(s []time.Duration) time.Duration { return percentile(s, 100) 
 func (b *bench) setSharedRun(ctx context.Context) error {
 	n := *setShared
 	keys := setKeys("shared", n)
-	var log = &leadLog{last: make(map[string]leadEntry)}
+	log := &entryLog{entries: make(map[string][]leadEntry)}
 	var reps []*setReplica
 	defer func() {
 		for _, r := range reps {
