@@ -19,8 +19,10 @@ import (
 // Set campaigns for many keys at once and runs one body per key it wins,
 // each with its own Term and the timeline of [Spec], as an Elector per key
 // would, but with one statement per renewal tick for every key it holds and
-// one per campaign for every key it waits for. The replicas of a set count
-// each other and each aims at its fair share ceil(keys / replicas); see
+// one per campaign for up to 10,000 keys it waits for, sent only when a
+// campaign can take something. The replicas of a set count each other and
+// each aims at its fair share ceil(keys / replicas); a term that ends
+// stopped, resigned or finished hands its key to another replica; see
 // docs/sets.md. Create it with NewSet; its methods are safe for concurrent
 // use, and Run may be called once at a time.
 type Set struct {
