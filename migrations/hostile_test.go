@@ -1360,9 +1360,10 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 			{what: "resign the victim's term, whatever its token", code: refused, msg: other,
 				run: rowsOf(`SELECT * FROM pgleader.resign($1, NULL)`, victimKey)},
 		},
-		"pgleader.set_acquire(text,text,text[],interval,integer,integer,bigint[],integer)": {
+		"pgleader.set_acquire(text,text,text[],interval,integer,integer,bigint[],integer,text[])": {
 			{what: "confirm the term V's set handed to its member",
-				run:    textsOf(`SELECT keys::text FROM pgleader.set_acquire($1, $2, '{}', '1 minute', 0)`, victimSet, victimCandidate),
+				run: textsOf(`SELECT keys::text FROM pgleader.set_acquire($1, $2, '{}', '1 minute', 0, 0, NULL, NULL, ARRAY[$3])`,
+					victimSet, victimCandidate, victimHanded),
 				verify: wantTexts("{}")},
 			{what: "acquire the victim's set key through its set", code: refused, msg: other,
 				run: rowsOf(`SELECT * FROM pgleader.set_acquire($1, $2, ARRAY[$3], '1 minute', 0, 0, NULL)`, victimSet, victimHolder, victimSetKey)},

@@ -1444,8 +1444,8 @@ BEGIN
 END
 $function$;
 
--- function pgleader.set_acquire(text,text,text[],interval,integer,integer,bigint[],integer); grants: none
-CREATE OR REPLACE FUNCTION pgleader.set_acquire(p_set text, p_owner text, p_keys text[], p_ttl interval, p_held integer, p_extra integer DEFAULT 0, p_floors bigint[] DEFAULT NULL::bigint[], p_total integer DEFAULT NULL::integer)
+-- function pgleader.set_acquire(text,text,text[],interval,integer,integer,bigint[],integer,text[]); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_acquire(p_set text, p_owner text, p_keys text[], p_ttl interval, p_held integer, p_extra integer DEFAULT 0, p_floors bigint[] DEFAULT NULL::bigint[], p_total integer DEFAULT NULL::integer, p_confirm text[] DEFAULT NULL::text[])
  RETURNS TABLE(keys text[], tokens bigint[], expires_at timestamp with time zone[], acquired_at timestamp with time zone[], members integer, db_now timestamp with time zone)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -1482,6 +1482,7 @@ BEGIN
            SET renewed_at = t, expires_at = t + p_ttl, handed_off = false
          WHERE l.handed_off AND l.holder = p_owner AND l.expires_at > t
            AND t >= g.grace_until AND (l.role = c OR pgleader._own(l.role, false))
+           AND EXISTS (SELECT 1 FROM unnest(p_keys || coalesce(p_confirm, '{}')) AS u(k) WHERE u.k = l.key)
         RETURNING l.key, l.token, l.expires_at, l.acquired_at
     )
     SELECT coalesce(array_agg(f.key), '{}'), coalesce(array_agg(f.token), '{}'), coalesce(array_agg(f.expires_at), '{}'),

@@ -165,3 +165,24 @@ func TestSetHandOff(t *testing.T) {
 		t.Fatalf("b's campaign for an expired hand-off won %v; want %s above %d", got, bKey, bl.token)
 	}
 }
+
+// TestSetConfirmsOnlyItsKeys: a term handed to an owner name by an
+// Elector's hand_off is not confirmed by a set campaigning under the same
+// name unless the set names the key: an Elector and a Set of one replica
+// often share an Owner.
+func TestSetConfirmsOnlyItsKeys(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	campaign(t, db.Pool, "el", "a", "", 0, "10 seconds")
+	campaign(t, db.Pool, "el", "b", "", 0, "10 seconds")
+	if _, successor, _ := handOff(t, db.Pool, "el", "a", 1, nil); successor == nil || *successor != "b" {
+		t.Fatalf("hand_off to b = %s", str(successor))
+	}
+	join(t, db.Pool, "b", 0)
+	if got := setAcquire(t, db.Pool, "b", "s1", "s2"); got["el"] != 0 {
+		t.Fatalf("b's set campaign confirmed the elector's key: %v", got)
+	}
+	if l := readLease(t, db.Pool, "el"); !l.handedOff || l.holder == nil || *l.holder != "b" {
+		t.Fatalf("the elector's key after b's set campaigned: %s, handed off %v; want still handed to b", str(l.holder), l.handedOff)
+	}
+}

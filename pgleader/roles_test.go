@@ -467,7 +467,7 @@ func TestTwoServicesOnTwoRoles(t *testing.T) {
 		{"Advance", func() error { _, _, err := bb.Advance(ctx, a.key, 1000); return err }},
 		{"Withdraw", func() error { return bb.Withdraw(ctx, a.key, standby.owner) }},
 		{"AcquireSet", func() error {
-			_, _, err := bb.AcquireSet(ctx, "shards", "intruder", a.shards, nil, time.Minute, 0, 100, 0)
+			_, _, err := bb.AcquireSet(ctx, "shards", "intruder", a.shards, nil, time.Minute, 0, 100, 0, nil)
 			return err
 		}},
 		{"sqlfence.Guard.Write", func() error {

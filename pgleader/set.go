@@ -221,6 +221,7 @@ type setRun struct {
 	freeSeen bool
 	shedHold time.Time // no campaign before it, after stepping down from keys (see shed)
 	paceAt   time.Time // no campaign before it: CampaignEvery after one that won nothing, or a backoff
+	hintAt   time.Time // no campaign for a hint before it: as paceAt, after one a hint asked for
 	window   int       // where the next campaign's part of the keys starts (see startCampaign)
 	failures int
 	stopping bool
@@ -255,6 +256,7 @@ func (r *setRun) loop() {
 	// The first campaign waits CampaignEvery, so the replicas that start
 	// together have joined: each counts them all and takes its share.
 	r.paceAt = time.Now().Add(s.spec.CampaignEvery)
+	r.hintAt = r.paceAt
 	r.campaignT = time.NewTimer(time.Hour)
 	r.campaignT.Stop() // until the first tick is answered
 	r.termT = time.NewTimer(time.Hour)
@@ -511,7 +513,8 @@ func (r *setRun) startCampaign() {
 	}
 	now := time.Now()
 	want := r.wantCampaign(now)
-	if now.Before(latest(r.paceAt, r.shedHold)) || want == noCampaign {
+	byHint := r.hinted != noCampaign
+	if now.Before(r.gate()) || want == noCampaign {
 		r.schedule()
 		return
 	}
@@ -522,6 +525,12 @@ func (r *setRun) startCampaign() {
 	held = min(held, len(s.keys)-len(keys))
 	total := held + len(keys)
 	s.mu.Unlock()
+	// Terms handed to this replica are confirmed among its keys not held
+	// (another component under the same Owner may wait for its own).
+	var confirm []string
+	if r.handed > 0 || byHint {
+		confirm = keys
+	}
 	if want == confirmOnly {
 		keys = nil
 	} else if len(keys) > campaignBudget {
@@ -553,7 +562,7 @@ func (r *setRun) startCampaign() {
 				err = CheckFloor(fl[i])
 			}
 			if err != nil {
-				r.done <- func() { r.campaigned(time.Time{}, nil, 0, false, fmt.Errorf("pgleader: FenceFloors: %w", err)) }
+				r.done <- func() { r.campaigned(time.Time{}, nil, 0, false, byHint, fmt.Errorf("pgleader: FenceFloors: %w", err)) }
 				return
 			}
 			floors = fl
@@ -561,12 +570,12 @@ func (r *setRun) startCampaign() {
 		sent := time.Now()
 		ctx, cancel := context.WithDeadline(r.ctx, s.spec.yieldAt(sent))
 		defer cancel()
-		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra, total)
-		r.done <- func() { r.campaigned(sent, won, members, len(keys) == 0, err) }
+		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra, total, confirm)
+		r.done <- func() { r.campaigned(sent, won, members, len(keys) == 0, byHint, err) }
 	}()
 }
 
-func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming bool, err error) {
+func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming, byHint bool, err error) {
 	s := r.s
 	r.campaigning = false
 	if err != nil {
@@ -578,6 +587,7 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 		retry := s.spec.backoff(r.failures)
 		s.log.Warn("campaign failed", "err", err, "retry_in", retry)
 		r.paceAt = time.Now().Add(retry)
+		r.hintAt = r.paceAt
 		r.schedule()
 		return
 	}
@@ -585,15 +595,22 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 	r.nMembers = max(members, 1)
 	// A campaign that won keys goes on at once with the next part while
 	// one may take more; one that won nothing waits CampaignEvery, or a
-	// tenth of it if it only confirmed (it sent no key). A flood of forged
-	// hints costs one campaign, or ten that send no key, per CampaignEvery.
+	// tenth of it if it only confirmed (it sent no key). One a hint asked
+	// for paces the next hints, the others the rest: a campaign a tick
+	// asked for just before a stop's hand-offs does not hold back the
+	// confirmation the stop's hint asks for. A flood of forged hints
+	// costs one campaign, or ten that send no key, per CampaignEvery.
 	pace := s.spec.CampaignEvery
 	if confirming {
 		pace /= 10
 	}
-	r.paceAt = time.Now().Add(pace - jitter(pace/10))
+	if at := time.Now().Add(pace - jitter(pace/10)); byHint {
+		r.hintAt = at
+	} else {
+		r.paceAt = at
+	}
 	if len(won) > 0 {
-		r.paceAt, r.extra, r.handed = time.Time{}, 0, 0
+		r.paceAt, r.hintAt, r.extra, r.handed = time.Time{}, time.Time{}, 0, 0
 		for _, l := range won {
 			r.start(l, sent)
 		}

@@ -19,11 +19,11 @@ type campaignSizes struct {
 	sizes []int
 }
 
-func (c *campaignSizes) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]pgleader.Lease, int, error) {
+func (c *campaignSizes) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) ([]pgleader.Lease, int, error) {
 	c.mu.Lock()
 	c.sizes = append(c.sizes, len(keys))
 	c.mu.Unlock()
-	return c.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total)
+	return c.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
 }
 
 // TestSetCampaignsInParts: a set with more keys than one campaign may send

@@ -282,11 +282,11 @@ type crashable struct {
 
 var errDead = errors.New("replica is dead")
 
-func (c *crashable) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]pgleader.Lease, int, error) {
+func (c *crashable) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) ([]pgleader.Lease, int, error) {
 	if c.dead.Load() {
 		return nil, 0, errDead
 	}
-	return c.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total)
+	return c.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
 }
 
 func (c *crashable) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
@@ -476,9 +476,9 @@ type slowCampaigns struct {
 	delay time.Duration
 }
 
-func (s *slowCampaigns) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]pgleader.Lease, int, error) {
+func (s *slowCampaigns) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) ([]pgleader.Lease, int, error) {
 	time.Sleep(s.delay)
-	return s.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total)
+	return s.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
 }
 
 // assertNoOverlap checks the backend's history: no key was acquired while
@@ -536,7 +536,7 @@ func TestSetValidation(t *testing.T) {
 			t.Errorf("%s: NewSet = %v; want ErrInvalid", c.name, err)
 		}
 	}
-	if _, _, err := b.AcquireSet(context.Background(), "s", "o", []string{"a", "a"}, nil, time.Second, 0, 0, 0); !errors.Is(err, pgleader.ErrInvalid) {
+	if _, _, err := b.AcquireSet(context.Background(), "s", "o", []string{"a", "a"}, nil, time.Second, 0, 0, 0, nil); !errors.Is(err, pgleader.ErrInvalid) {
 		t.Errorf("AcquireSet with a repeated key = %v; want ErrInvalid", err)
 	}
 	if _, err := b.RenewSet(context.Background(), "s", "o", []string{"a"}, nil, time.Second, 0); !errors.Is(err, pgleader.ErrInvalid) {

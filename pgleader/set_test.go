@@ -149,7 +149,7 @@ func TestSetPostgresFloorsAndArguments(t *testing.T) {
 	t.Parallel()
 	b, db := newBackend(t)
 	ctx := context.Background()
-	won, members, err := b.AcquireSet(ctx, "f", "a", []string{"f1", "f2"}, []int64{41, 0}, time.Second, 0, 0, 0)
+	won, members, err := b.AcquireSet(ctx, "f", "a", []string{"f1", "f2"}, []int64{41, 0}, time.Second, 0, 0, 0, nil)
 	if err != nil || members != 1 || len(won) != 2 || won[0].Token != 42 || won[1].Token != 1 {
 		t.Fatalf("AcquireSet = %+v, %d, %v; want f1 at 42 and f2 at 1", won, members, err)
 	}
@@ -187,7 +187,7 @@ func TestSetTickAnswersTheLostKeys(t *testing.T) {
 	b, db := newBackend(t)
 	ctx := context.Background()
 	keys := keyNames("t", 500)
-	won, _, err := b.AcquireSet(ctx, "tick", "a", keys, nil, time.Minute, 0, len(keys), 0)
+	won, _, err := b.AcquireSet(ctx, "tick", "a", keys, nil, time.Minute, 0, len(keys), 0, nil)
 	if err != nil || len(won) != len(keys) {
 		t.Fatalf("AcquireSet won %d of %d: %v", len(won), len(keys), err)
 	}

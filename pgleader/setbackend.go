@@ -39,9 +39,11 @@ type SetRenewal struct {
 // be safe for concurrent use. [Postgres] implements it; so does the
 // in-memory backend of package pgleadertest.
 type SetBackend interface {
-	// AcquireSet is a replica's campaign. It first confirms every term
-	// handed to owner by another member's ReleaseSet (its token as handed,
-	// AcquiredAt the hand-off's instant) and returns it as won. Then it
+	// AcquireSet is a replica's campaign. It first confirms the terms
+	// handed to owner by another member's ReleaseSet whose keys are among
+	// keys or confirm (its token as handed, AcquiredAt the hand-off's
+	// instant) and returns them as won; a term handed to owner's name for a
+	// key of neither (an Elector's, another set's) is left alone. Then it
 	// counts the set's live members (owner included, even before it first
 	// renews) and takes for owner up to ceil(total / members) - held -
 	// (terms confirmed) + extra of keys, among those whose lease is free or
@@ -51,7 +53,7 @@ type SetBackend interface {
 	// them or a part; total is how many keys of the set owner knows (0:
 	// held + len(keys)). A key locked by another operation is skipped, not
 	// waited for.
-	AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) (won []Lease, members int, err error)
+	AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) (won []Lease, members int, err error)
 
 	// RenewSet is a replica's renewal tick: it renews each term (keys[i],
 	// owner, tokens[i]) as RenewTerm would, and records owner as a live
@@ -109,9 +111,14 @@ func checkSetCall(set, owner string, keys []string, tokens []int64, needTokens b
 // CheckSetAcquire returns an error matching [ErrInvalid] unless the
 // arguments of [SetBackend.AcquireSet] are valid; backends call it before
 // they send anything.
-func CheckSetAcquire(set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) error {
+func CheckSetAcquire(set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) error {
 	if err := checkSetCall(set, owner, keys, nil, false); err != nil {
 		return err
+	}
+	for _, k := range confirm {
+		if err := CheckKey(k); err != nil {
+			return err
+		}
 	}
 	if err := CheckTTL(ttl); err != nil {
 		return err

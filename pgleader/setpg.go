@@ -13,8 +13,8 @@ import (
 var _ SetBackend = (*Postgres)(nil)
 
 // AcquireSet implements [SetBackend] with one call of pgleader.set_acquire.
-func (p *Postgres) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]Lease, int, error) {
-	if err := CheckSetAcquire(set, owner, keys, floors, ttl, held, extra, total); err != nil {
+func (p *Postgres) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) ([]Lease, int, error) {
+	if err := CheckSetAcquire(set, owner, keys, floors, ttl, held, extra, total, confirm); err != nil {
 		return nil, 0, err
 	}
 	if keys == nil {
@@ -30,8 +30,8 @@ func (p *Postgres) AcquireSet(ctx context.Context, set, owner string, keys []str
 	)
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		return db.QueryRow(ctx,
-			`SELECT keys, tokens, expires_at, acquired_at, members, db_now FROM pgleader.set_acquire($1, $2, $3, $4, $5, $6, $7, $8)`, exec,
-			set, owner, keys, interval(ttl), held, extra, floors, nullIfZero(total),
+			`SELECT keys, tokens, expires_at, acquired_at, members, db_now FROM pgleader.set_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)`, exec,
+			set, owner, keys, interval(ttl), held, extra, floors, nullIfZero(total), confirm,
 		).Scan(&won, &tokens, &expires, &acquired, &members, &now)
 	})
 	if err != nil {

@@ -50,9 +50,18 @@ func (r *setRun) wantCampaign(now time.Time) int {
 	return r.hinted
 }
 
+// gate is the earliest instant of the next campaign: paceAt, or hintAt
+// for one a hint asks for, and never before shedHold.
+func (r *setRun) gate() time.Time {
+	if r.hinted != noCampaign {
+		return latest(r.hintAt, r.shedHold)
+	}
+	return latest(r.paceAt, r.shedHold)
+}
+
 // schedule arms the campaign timer: at once if a campaign may take
-// anything (but not before paceAt or shedHold), else at the instant the
-// first other member's row lapses, when its keys may be free.
+// anything (but not before gate), else at the instant the first other
+// member's row lapses, when its keys may be free.
 func (r *setRun) schedule() {
 	if r.campaigning || r.stopping {
 		return
@@ -69,7 +78,7 @@ func (r *setRun) schedule() {
 		}
 	}
 	if !at.IsZero() {
-		at = latest(at, r.paceAt, r.shedHold)
+		at = latest(at, r.gate())
 	}
 	wake(r.campaignT, at)
 }

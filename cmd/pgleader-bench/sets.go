@@ -60,12 +60,12 @@ func (r *setReplica) close() {
 
 // AcquireSet, RenewSet and ReleaseSet fail once the replica has crashed:
 // it then renews and releases nothing, as a process that died.
-func (r *setReplica) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]pgleader.Lease, int, error) {
+func (r *setReplica) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) ([]pgleader.Lease, int, error) {
 	if r.crashed.Load() {
 		return nil, 0, errCrashed
 	}
 	r.campaigns.Add(1)
-	return r.pg.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total)
+	return r.pg.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
 }
 
 func (r *setReplica) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {

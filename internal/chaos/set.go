@@ -102,12 +102,12 @@ func (r *setRecorder) term(key string, token int64) time.Time {
 // identified by its acquisition time on the database clock
 // (Lease.AcquiredAt: for a term handed to this member, the hand-off's), as
 // the lease audit records it.
-func (r *setRecorder) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]pgleader.Lease, int, error) {
+func (r *setRecorder) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) ([]pgleader.Lease, int, error) {
 	if err := r.gate.wait(); err != nil {
 		return nil, 0, err
 	}
 	sent := time.Now()
-	won, members, err := r.pg.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total)
+	won, members, err := r.pg.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
 	if err != nil {
 		r.sink.Record(r.event(KindAcquire, "", sent, err))
 		return won, members, err

@@ -48,8 +48,8 @@ func (b *Backend) liveMembers(set string, now time.Time) []pgleader.SetMember {
 }
 
 // AcquireSet implements pgleader.SetBackend as pgleader.set_acquire does.
-func (b *Backend) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int) ([]pgleader.Lease, int, error) {
-	if err := pgleader.CheckSetAcquire(set, owner, keys, floors, ttl, held, extra, total); err != nil {
+func (b *Backend) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) ([]pgleader.Lease, int, error) {
+	if err := pgleader.CheckSetAcquire(set, owner, keys, floors, ttl, held, extra, total, confirm); err != nil {
 		return nil, 0, err
 	}
 	now, err := b.enter(ctx)
@@ -74,10 +74,15 @@ func (b *Backend) AcquireSet(ctx context.Context, set, owner string, keys []stri
 	for i, f := range floors {
 		floor[keys[i]] = f
 	}
-	// Every term handed to owner is confirmed first, and counts as held.
+	// The terms handed to owner among keys and confirm are confirmed
+	// first, and count as held.
 	var won []pgleader.Lease
-	for _, k := range slices.Sorted(maps.Keys(b.leases)) {
-		if r := b.leases[k]; r.held(now) && r.holder == owner && r.handedOff {
+	mine := map[string]bool{}
+	for _, k := range slices.Concat(keys, confirm) {
+		mine[k] = true
+	}
+	for _, k := range slices.Sorted(maps.Keys(mine)) {
+		if r := b.leases[k]; r != nil && r.held(now) && r.holder == owner && r.handedOff {
 			r.handedOff, r.renewed, r.expires = false, now, now.Add(ttl)
 			b.record(Event{At: now, Op: OpAcquire, Key: k, Owner: owner, Token: r.token, OK: true, Expires: r.expires})
 			won = append(won, r.lease(k, now))
