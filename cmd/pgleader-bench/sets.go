@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,8 @@ type setReplica struct {
 	// campaigns and ticks count the set's statements by kind; last is
 	// when the last tick answered was sent (UnixNano).
 	campaigns, ticks, last atomic.Int64
+	// trace, when set, prints each set statement (-set-trace).
+	trace atomic.Bool
 	set                    *pgleader.Set
 	cancel                 context.CancelFunc
 	done                   chan error
@@ -65,7 +68,18 @@ func (r *setReplica) AcquireSet(ctx context.Context, set, owner string, keys []s
 		return nil, 0, errCrashed
 	}
 	r.campaigns.Add(1)
-	return r.pg.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
+	t := time.Now()
+	won, m, err := r.pg.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
+	r.traced(t, "acquire", fmt.Sprintf("%d keys, %d to confirm: won %d", len(keys), len(confirm), len(won)), err)
+	return won, m, err
+}
+
+// traced prints one statement of the replica, with -set-trace.
+func (r *setReplica) traced(t time.Time, kind, what string, err error) {
+	if r.trace.Load() {
+		fmt.Fprintf(os.Stderr, "%s %s %-8s %8.1f ms  %s  %v\n", t.Format("15:04:05.000"), r.owner, kind,
+			float64(time.Since(t).Microseconds())/1000, what, err)
+	}
 }
 
 func (r *setReplica) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
@@ -78,6 +92,7 @@ func (r *setReplica) RenewSet(ctx context.Context, set, owner string, keys []str
 	if err == nil {
 		r.last.Store(sent.UnixNano())
 	}
+	r.traced(sent, "tick", fmt.Sprintf("%d keys, handed %d", len(keys), ans.Handed), err)
 	return ans, err
 }
 
@@ -88,7 +103,10 @@ func (r *setReplica) ReleaseSet(ctx context.Context, set, owner string, keys []s
 	if r.crashed.Load() {
 		return nil, errCrashed
 	}
-	return r.pg.ReleaseSet(ctx, set, owner, keys, tokens, handOff, leave)
+	t := time.Now()
+	ended, err := r.pg.ReleaseSet(ctx, set, owner, keys, tokens, handOff, leave)
+	r.traced(t, "release", fmt.Sprintf("%d keys, leave %v", len(keys), leave), err)
+	return ended, err
 }
 
 func (r *setReplica) start(name string, keys []string, lead func(context.Context, *pgleader.Term) error, obs pgleader.Observer) error {

@@ -135,10 +135,14 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 	held0 := heldKeys(reps[0].set) // the floor is measured at the end, on these rows
 
 	// Graceful stop by hand-off.
+	for _, r := range reps {
+		r.trace.Store(*setTrace)
+	}
 	victim := reps[2]
 	victimKeys := heldKeys(victim.set)
 	stopAt := time.Now()
 	victim.stop()
+	victim.traced(stopAt, "stop", "Run returned", nil)
 	delays, missing := log.takeovers(ctx, victimKeys, victim.owner, stopAt, 20*time.Second)
 	if len(delays) > 0 {
 		p99 := percentile(delays, 99)
@@ -163,6 +167,7 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 	victimKeys = heldKeys(victim.set)
 	crashAt := time.Now()
 	victim.crashed.Store(true)
+	victim.traced(crashAt, "crash", "", nil)
 	lastTick := victim.lastTick()
 	delays, missing = log.takeovers(ctx, victimKeys, victim.owner, lastTick, 30*time.Second)
 	moved := log.movedTwice(victimKeys, crashAt)
