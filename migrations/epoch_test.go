@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/migrations"
 )
 
 // epochSpan is the number of tokens of one epoch (pgleader._epoch_bump).
@@ -278,5 +279,36 @@ func TestEpochBumpCost(t *testing.T) {
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader.lease WHERE greatest(token, coalesce(token_min, 0)) < $1`, epochSpan).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d counters below 2^40 (%v)", n, err)
+	}
+}
+
+// TestEpochTopUpgrade: a server already past its last epoch when version
+// 17 (whose lease_draw runs only for rows it can act on) is applied still
+// draws nothing: the migration marks its rows as _epoch_bump now does.
+func TestEpochTopUpgrade(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	ctx := context.Background()
+	if err := migrations.To(ctx, db.Pool, 16); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, db.Pool, `SELECT pgleader.advance('k', 5)`)
+	mustExec(t, db.Pool, `UPDATE pgleader.settings SET epoch = 4194303`)
+	forgetEpoch(t, db)
+	mustExec(t, db.Pool, `SELECT pgleader.grace()`)
+	endGrace(t, db)
+	if e := epoch(t, db); e != 4194304 {
+		t.Fatalf("epoch = %d; want 4194304 (none left)", e)
+	}
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`SELECT * FROM pgleader.acquire('k', 'a', '1 minute')`,
+		`SELECT * FROM pgleader.acquire_many(ARRAY['k'], 'a', '1 minute', 1)`,
+		`SELECT * FROM pgleader.set_acquire('s', 'a', ARRAY['k'], '1 minute', 0)`,
+	} {
+		_, err := db.Pool.Exec(ctx, sql)
+		wantCode(t, sql, err, "22003", "no token epoch left")
 	}
 }

@@ -62,7 +62,7 @@
 --   constraint lease_value_length CHECK (((value IS NULL) OR (octet_length(value) <= 1024)))
 --   CREATE INDEX lease_handed_holder ON pgleader.lease USING btree (holder) WHERE handed_off
 --   CREATE UNIQUE INDEX lease_pkey ON pgleader.lease USING btree (key)
---   CREATE TRIGGER lease_draw BEFORE UPDATE OF token ON pgleader.lease FOR EACH ROW WHEN ((new.token IS DISTINCT FROM old.token)) EXECUTE FUNCTION pgleader._lease_draw()
+--   CREATE TRIGGER lease_draw BEFORE UPDATE OF token ON pgleader.lease FOR EACH ROW WHEN (((new.token IS DISTINCT FROM old.token) AND ((old.token_min IS NOT NULL) OR (new.token >= '4611686018427387904'::bigint) OR ((new.token & '1099511627775'::bigint) = 0)))) EXECUTE FUNCTION pgleader._lease_draw()
 
 -- table pgleader.server_epoch UNLOGGED; grants: none
 --   comment pgleader: when this server began granting on its own (UNLOGGED: emptied by crash recovery, empty on a standby). Do not edit.
@@ -335,6 +335,7 @@ BEGIN
         INSERT INTO pgleader.settings (max_ttl, max_clock_offset, epoch) VALUES (interval '10 minutes', interval '1 second', e);
     END IF;
     IF e >= 4194304 THEN
+        UPDATE pgleader.lease AS l SET token_min = greatest(l.token, 1) WHERE l.token_min IS NULL;
         RAISE WARNING 'pgleader: no token epoch left: this server draws no token (22003 at every draw)';
         RETURN e;
     END IF;
@@ -1313,20 +1314,22 @@ AS $function$
 #variable_conflict use_column
 DECLARE
     g record;
+    t timestamptz;
     c name := pgleader._caller();
 BEGIN
     PERFORM pgleader._check_args('-', p_owner, p_ttl, true, true);
     PERFORM pgleader._check_keys(p_keys, p_tokens, true);
     g := pgleader._grace();
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+    t := clock_timestamp();
 
     RETURN QUERY
     UPDATE pgleader.lease AS l
-       SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl, role = coalesce(l.role, c)
+       SET renewed_at = t, expires_at = t + p_ttl, role = coalesce(l.role, c)
       FROM unnest(p_keys, p_tokens) AS u(k, tok)
      WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
-       AND l.expires_at > clock_timestamp()
-       AND (clock_timestamp() >= g.grace_until OR l.expires_at > clock_timestamp() + g.max_clock_offset)
+       AND l.expires_at > t
+       AND (t >= g.grace_until OR l.expires_at > t + g.max_clock_offset)
        AND (l.role = c OR pgleader._own(l.role, false))
     RETURNING l.key, l.expires_at, coalesce(l.resign_token = u.tok, false);
 END
@@ -1477,12 +1480,17 @@ BEGIN
     g := pgleader._grace();
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
     t := clock_timestamp();
-    WITH confirmed AS (
+    WITH mine AS (
+        SELECT x.key FROM pgleader.lease AS x
+         WHERE x.handed_off AND x.holder = p_owner AND x.expires_at > t AND t >= g.grace_until
+        INTERSECT
+        SELECT u.k FROM unnest(p_keys || coalesce(p_confirm, '{}')) AS u(k)
+    ), confirmed AS (
         UPDATE pgleader.lease AS l
            SET renewed_at = t, expires_at = t + p_ttl, handed_off = false
-         WHERE l.handed_off AND l.holder = p_owner AND l.expires_at > t
+          FROM mine
+         WHERE l.key = mine.key AND l.handed_off AND l.holder = p_owner AND l.expires_at > t
            AND t >= g.grace_until AND (l.role = c OR pgleader._own(l.role, false))
-           AND EXISTS (SELECT 1 FROM unnest(p_keys || coalesce(p_confirm, '{}')) AS u(k) WHERE u.k = l.key)
         RETURNING l.key, l.token, l.expires_at, l.acquired_at
     )
     SELECT coalesce(array_agg(f.key), '{}'), coalesce(array_agg(f.token), '{}'), coalesce(array_agg(f.expires_at), '{}'),
@@ -1574,6 +1582,8 @@ DECLARE
     ht bigint[] := '{}';
     m record;
     a integer := 1;
+    handed integer := 0;
+    n integer;
 BEGIN
     PERFORM pgleader._check_args(p_set, p_owner, NULL, true, false);
     PERFORM pgleader._check_keys(p_keys, p_tokens, true);
@@ -1614,16 +1624,20 @@ BEGIN
          WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok AND l.token < 9223372036854775807
            AND (l.role = c OR pgleader._own(l.role, false))
         RETURNING l.key, l.holder;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        handed := handed + n;
         a := a + m.n;
     END LOOP;
-    RETURN QUERY
-    UPDATE pgleader.lease AS l
-       SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
-             = (SELECT * FROM pgleader._term())
-      FROM unnest(p_keys, p_tokens) AS u(k, tok)
-     WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
-       AND (l.role = c OR pgleader._own(l.role, false))
-    RETURNING l.key, NULL::text;
+    IF handed < cardinality(p_keys) THEN
+        RETURN QUERY
+        UPDATE pgleader.lease AS l
+           SET (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+                 = (SELECT * FROM pgleader._term())
+          FROM unnest(p_keys, p_tokens) AS u(k, tok)
+         WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
+           AND (l.role = c OR pgleader._own(l.role, false))
+        RETURNING l.key, NULL::text;
+    END IF;
 END
 $function$;
 

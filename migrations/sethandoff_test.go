@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -184,5 +185,52 @@ func TestSetConfirmsOnlyItsKeys(t *testing.T) {
 	}
 	if l := readLease(t, db.Pool, "el"); !l.handedOff || l.holder == nil || *l.holder != "b" {
 		t.Fatalf("the elector's key after b's set campaigned: %s, handed off %v; want still handed to b", str(l.holder), l.handedOff)
+	}
+}
+
+// TestSetTickLapsesTogether: the keys one tick renews expire at one
+// instant, no earlier than the member row the tick writes, so the
+// survivors of a member that died find all its keys free when its row
+// lapses (schema 17; before, each row took the clock as it was written).
+// A release that hands off only part of its keys still frees the rest.
+func TestSetTickLapsesTogether(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var keys []string
+	for i := range 2000 {
+		keys = append(keys, "k"+strconv.Itoa(i))
+	}
+	won := setAcquire(t, db.Pool, "a", keys...)
+	tokens := make([]int64, len(keys))
+	for i, k := range keys {
+		tokens[i] = won[k]
+	}
+	mustExec(t, db.Pool, `SELECT 1 FROM pgleader.set_tick('s', 'a', $1, $2, '1 minute', $3)`, keys, tokens, len(keys))
+	var instants int
+	var before bool
+	if err := db.Pool.QueryRow(ctx, `SELECT count(DISTINCT l.expires_at), bool_and(l.expires_at >= m.expires_at)
+	                                   FROM pgleader.lease AS l, pgleader.set_member AS m
+	                                  WHERE l.key = ANY ($1) AND m.set_name = 's' AND m.owner = 'a'`, keys).Scan(&instants, &before); err != nil {
+		t.Fatal(err)
+	}
+	if instants != 1 || !before {
+		t.Fatalf("after one tick the %d keys expire at %d instants (not before the member row: %v); want 1 (true)", len(keys), instants, before)
+	}
+
+	join(t, db.Pool, "b", 0)
+	hand := make([]bool, len(keys))
+	for i := range 10 {
+		hand[i] = true
+	}
+	ended := setRelease(t, db.Pool, "a", keys, tokens, hand)
+	handed := 0
+	for _, s := range ended {
+		if s != "" {
+			handed++
+		}
+	}
+	if len(ended) != len(keys) || handed != 10 {
+		t.Fatalf("release ended %d keys, %d handed off; want %d, 10", len(ended), handed, len(keys))
 	}
 }
