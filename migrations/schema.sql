@@ -1671,13 +1671,13 @@ BEGIN
         PERFORM pgleader._check_ttl(p_ttl, (pgleader._grace()).max_ttl);
     END IF;
     t := clock_timestamp();
+    SELECT count(*) INTO h FROM pgleader.lease AS l
+     WHERE l.handed_off AND l.holder = p_owner AND l.expires_at > t AND (l.role = c OR pgleader._own(l.role, false));
     INSERT INTO pgleader.set_member AS s (set_name, role, owner, held, joined_at, expires_at)
-    VALUES (p_set, c, p_owner, p_held, t, t0 + p_ttl)
+    VALUES (p_set, c, p_owner, p_held + h, t, t0 + p_ttl)
     ON CONFLICT (set_name, role, owner) DO UPDATE
        SET held = excluded.held, expires_at = excluded.expires_at,
            joined_at = CASE WHEN s.expires_at <= t THEN t ELSE s.joined_at END;
-    SELECT count(*) INTO h FROM pgleader.lease AS l
-     WHERE l.handed_off AND l.holder = p_owner AND l.expires_at > t AND (l.role = c OR pgleader._own(l.role, false));
     RETURN QUERY
     SELECT k, e, rs, coalesce(array_agg(s.owner ORDER BY s.owner), '{}'), coalesce(array_agg(s.held ORDER BY s.owner), '{}'),
            coalesce(array_agg(s.expires_at ORDER BY s.owner), '{}'), h, t

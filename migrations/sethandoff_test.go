@@ -192,7 +192,8 @@ func TestSetConfirmsOnlyItsKeys(t *testing.T) {
 // instant, no earlier than the member row the tick writes, so the
 // survivors of a member that died find all its keys free when its row
 // lapses (schema 17; before, each row took the clock as it was written).
-// A release that hands off only part of its keys still frees the rest.
+// A release that hands off only part of its keys still frees the rest, and
+// the member the others are handed to records them as held at its tick.
 func TestSetTickLapsesTogether(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -232,5 +233,17 @@ func TestSetTickLapsesTogether(t *testing.T) {
 	}
 	if len(ended) != len(keys) || handed != 10 {
 		t.Fatalf("release ended %d keys, %d handed off; want %d, 10", len(ended), handed, len(keys))
+	}
+	// b's next tick counts the 10 terms handed to it in the held its row
+	// records, before it confirms them: the other members see them taken.
+	var rec, h int
+	if err := db.Pool.QueryRow(ctx, `SELECT handed FROM pgleader.set_tick('s', 'b', '{}', '{}', '1 minute', 0)`).Scan(&h); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT held FROM pgleader.set_member WHERE set_name = 's' AND owner = 'b'`).Scan(&rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec != 10 || h != 10 {
+		t.Fatalf("b's row records held %d with %d handed to it; want 10, 10", rec, h)
 	}
 }

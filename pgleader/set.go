@@ -223,6 +223,7 @@ type setRun struct {
 	paceAt   time.Time // no campaign before it: CampaignEvery after one that won nothing, or a backoff
 	hintAt   time.Time // no campaign for a hint before it: as paceAt, after one a hint asked for
 	window   int       // where the next campaign's part of the keys starts (see startCampaign)
+	idle     int       // parts in a row that won nothing, while a sweep of the keys is not done
 	failures int
 	stopping bool
 	left     bool
@@ -533,7 +534,10 @@ func (r *setRun) startCampaign() {
 	}
 	if want == confirmOnly {
 		keys = nil
-	} else if len(keys) > campaignBudget {
+	}
+	sweep := 1
+	if len(keys) > campaignBudget {
+		sweep = ceilDiv(len(keys), campaignBudget)
 		// Replicas start their parts apart, so that at a cold start they
 		// do not all ask for the same keys first.
 		if r.window == 0 {
@@ -562,7 +566,7 @@ func (r *setRun) startCampaign() {
 				err = CheckFloor(fl[i])
 			}
 			if err != nil {
-				r.done <- func() { r.campaigned(time.Time{}, nil, 0, false, byHint, fmt.Errorf("pgleader: FenceFloors: %w", err)) }
+				r.done <- func() { r.campaigned(time.Time{}, nil, 0, false, byHint, 1, fmt.Errorf("pgleader: FenceFloors: %w", err)) }
 				return
 			}
 			floors = fl
@@ -571,11 +575,11 @@ func (r *setRun) startCampaign() {
 		ctx, cancel := context.WithDeadline(r.ctx, s.spec.yieldAt(sent))
 		defer cancel()
 		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra, total, confirm)
-		r.done <- func() { r.campaigned(sent, won, members, len(keys) == 0, byHint, err) }
+		r.done <- func() { r.campaigned(sent, won, members, len(keys) == 0, byHint, sweep, err) }
 	}()
 }
 
-func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming, byHint bool, err error) {
+func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming, byHint bool, sweep int, err error) {
 	s := r.s
 	r.campaigning = false
 	if err != nil {
@@ -594,7 +598,9 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 	r.failures = 0
 	r.nMembers = max(members, 1)
 	// A campaign that won keys goes on at once with the next part while
-	// one may take more; one that won nothing waits CampaignEvery, or a
+	// one may take more, and so does a part that won nothing until the
+	// parts have covered every key once (the free keys may lie in the
+	// others); otherwise one that won nothing waits CampaignEvery, or a
 	// tenth of it if it only confirmed (it sent no key). One a hint asked
 	// for paces the next hints, the others the rest: a campaign a tick
 	// asked for just before a stop's hand-offs does not hold back the
@@ -603,6 +609,11 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 	pace := s.spec.CampaignEvery
 	if confirming {
 		pace /= 10
+	}
+	if r.idle++; len(won) > 0 || r.idle >= sweep {
+		r.idle = 0
+	} else {
+		pace = 0
 	}
 	if at := time.Now().Add(pace - jitter(pace/10)); byHint {
 		r.hintAt = at

@@ -52,6 +52,47 @@ func TestSetCampaignsInParts(t *testing.T) {
 	})
 }
 
+// TestSetCampaignSweepsParts: parts that win nothing, while the free keys
+// lie in other parts, do not wait CampaignEvery each: the campaigns go on
+// until the parts have covered every key once. Two members hold keys 0-39
+// of 60 for a minute; the third, with parts of 10 keys, takes the 20 free
+// ones within CampaignEvery of its first campaign.
+func TestSetCampaignSweepsParts(t *testing.T) {
+	defer pgleader.SetCampaignBudget(10)()
+	synctest.Test(t, func(t *testing.T) {
+		b := &campaignSizes{SetBackend: pgleadertest.NewBackend()}
+		ctx := context.Background()
+		keys := keyNames("k", 60)
+		for i, owner := range []string{"a", "c"} {
+			mine := keys[20*i : 20*i+20]
+			won, _, err := b.SetBackend.AcquireSet(ctx, "s", owner, mine, nil, time.Minute, 0, 20, 60, nil)
+			if err != nil || len(won) != 20 {
+				t.Fatalf("%s won %d of its 20 keys: %v", owner, len(won), err)
+			}
+			tokens := make([]int64, len(won))
+			for j, l := range won {
+				tokens[j] = l.Token
+			}
+			if _, err := b.SetBackend.RenewSet(ctx, "s", owner, mine, tokens, time.Minute, 20); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := startSet(t, b, setSpec("s"), keys, pgleader.SetOptions{Owner: "b", Lead: quickBody})
+		spec := r.set.Spec()
+		time.Sleep(spec.CampaignEvery) // the first campaign
+		synctest.Wait()
+		time.Sleep(spec.CampaignEvery - time.Millisecond)
+		synctest.Wait()
+		b.mu.Lock()
+		sizes := slices.Clone(b.sizes)
+		b.mu.Unlock()
+		if h := held(r)[0]; h != 20 {
+			t.Errorf("b held %d of the 20 free keys within CampaignEvery of its first campaign (campaigns of %v keys); want all", h, sizes)
+		}
+		r.stop(t)
+	})
+}
+
 // TestSetNoCampaignAtShare: replicas at their share, with no key free, send
 // no campaign, and one tick per RenewEvery each.
 func TestSetNoCampaignAtShare(t *testing.T) {

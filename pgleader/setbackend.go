@@ -9,7 +9,8 @@ import (
 type SetMember struct {
 	// Owner names the replica.
 	Owner string
-	// Held is how many of the set's keys it held live at its last renewal.
+	// Held is how many of the set's keys it held live at its last renewal,
+	// with the terms handed to it and not yet confirmed (Handed).
 	Held int
 	// Expires is when its membership lapses unless it renews: no later
 	// than the leases it renewed with it.
@@ -57,7 +58,8 @@ type SetBackend interface {
 
 	// RenewSet is a replica's renewal tick: it renews each term (keys[i],
 	// owner, tokens[i]) as RenewTerm would, and records owner as a live
-	// member of set holding held keys; see SetRenewal.
+	// member of set holding held keys plus the terms handed to it and not
+	// yet confirmed; see SetRenewal.
 	RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (SetRenewal, error)
 
 	// ReleaseSet ends each term (keys[i], owner, tokens[i]) that still

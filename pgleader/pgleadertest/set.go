@@ -135,13 +135,13 @@ func (b *Backend) RenewSet(ctx context.Context, set, owner string, keys []string
 	if b.sets[set] == nil {
 		b.sets[set] = make(map[string]*member)
 	}
-	b.sets[set][owner] = &member{held: held, expires: now.Add(ttl)}
-	out.Members = b.liveMembers(set, now)
 	for _, r := range b.leases {
 		if r.held(now) && r.holder == owner && r.handedOff {
 			out.Handed++
 		}
 	}
+	b.sets[set][owner] = &member{held: held + out.Handed, expires: now.Add(ttl)}
+	out.Members = b.liveMembers(set, now)
 	return out, nil
 }
 
