@@ -566,7 +566,9 @@ func (r *setRun) startCampaign() {
 				err = CheckFloor(fl[i])
 			}
 			if err != nil {
-				r.done <- func() { r.campaigned(time.Time{}, nil, 0, false, byHint, 1, fmt.Errorf("pgleader: FenceFloors: %w", err)) }
+				r.done <- func() {
+					r.campaigned(time.Time{}, nil, 0, false, byHint, 1, fmt.Errorf("pgleader: FenceFloors: %w", err))
+				}
 				return
 			}
 			floors = fl

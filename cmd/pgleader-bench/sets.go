@@ -28,10 +28,10 @@ type setReplica struct {
 	// when the last tick answered was sent (UnixNano).
 	campaigns, ticks, last atomic.Int64
 	// trace, when set, prints each set statement (-set-trace).
-	trace atomic.Bool
-	set                    *pgleader.Set
-	cancel                 context.CancelFunc
-	done                   chan error
+	trace  atomic.Bool
+	set    *pgleader.Set
+	cancel context.CancelFunc
+	done   chan error
 }
 
 // Abilities implements pgleader.SetBackend: the PostgreSQL backend's.
