@@ -48,7 +48,7 @@ var (
 	setShared     = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
 	setScale      = intList("set-scale", "10000,100000", "key counts shared by three replicas in the sets scale measurement (issue 27)")
 	setFor        = flag.Duration("set-for", 20*time.Second, "how long each sets load measurement counts")
-	setTrace      = flag.Bool("set-trace", false, "print every statement of the sets scale measurement's graceful stop and crash, with its start and duration (to stderr)")
+	setTrace      = flag.Bool("set-trace", false, "print every statement of the sets scale measurement, with its start and duration (to stderr)")
 )
 
 // quiet discards the electors' logs; the bench prints its own table.

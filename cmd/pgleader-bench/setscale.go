@@ -43,6 +43,9 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 	fmt.Println("|---|---|---|---|")
 
 	// Cold start.
+	for _, r := range reps {
+		r.trace.Store(*setTrace)
+	}
 	start := time.Now()
 	for i, r := range reps {
 		if err := r.start(name, keys, log.body, ticks[i]); err != nil {
@@ -135,9 +138,6 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 	held0 := heldKeys(reps[0].set) // the floor is measured at the end, on these rows
 
 	// Graceful stop by hand-off.
-	for _, r := range reps {
-		r.trace.Store(*setTrace)
-	}
 	victim := reps[2]
 	victimKeys := heldKeys(victim.set)
 	stopAt := time.Now()
