@@ -10,6 +10,7 @@ import (
 // only the last token led and the last floor read outlast a Run.
 type candidacy struct {
 	failures   int       // campaigns failed in a row
+	answered   bool      // a campaign of this Run was answered (see Permanent)
 	hinted     bool      // the last wait ended on a release event
 	waited     Lease     // the lease the last wait was for
 	heedAfter  time.Time // release events before this are not heeded at once

@@ -109,8 +109,10 @@ func (e *Elector) Spec() Spec { return e.spec }
 var ErrRunning = errors.New("pgleader: Run called while the elector is already running")
 
 // Run campaigns for the key until ctx is cancelled, running the body for
-// every term it wins. Backend errors never end Run: it logs them and retries
-// with backoff (CampaignEvery, doubling up to TTL/2). When ctx is
+// every term it wins. Backend errors are logged and retried with backoff
+// (CampaignEvery, doubling up to TTL/2), except one that retrying cannot
+// cure ([Permanent]: no schema, no grant, a TTL above the database's
+// max_ttl) before the first campaign is answered: Run returns it. When ctx is
 // cancelled, a live term ends as stopped: the body is told at once,
 // cancelled YieldGrace later, and the lease is released within
 // ReleaseTimeout after the body returns (a body that returns only once
@@ -193,9 +195,13 @@ func (e *Elector) Run(ctx context.Context) error {
 			c.registered = candidate && err == nil && !won
 		}
 		c.reuseFloor = err == nil && !won && lease.Held() && lease.Holder != e.opts.Owner
+		c.answered = c.answered || err == nil
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
+		case err != nil && !c.answered && Permanent(err):
+			e.log.Error("campaign failed, and retrying cannot cure it: Run returns", "err", err)
+			return err
 		case err != nil:
 			c.failures++
 			retry := e.spec.backoff(c.failures)

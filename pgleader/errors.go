@@ -46,6 +46,18 @@ var (
 	ErrForbidden = errors.New("pgleader: forbidden to this role")
 )
 
+// Permanent reports whether err is one that retrying cannot cure: the
+// schema is missing or older than this module needs ([ErrNotMigrated]),
+// the connection's role may not use it or the key ([ErrForbidden]), or the
+// database refused an argument, such as a TTL above its max_ttl
+// ([ErrInvalid]). Such an error ends [Elector.Run] and [Set.Run] when it
+// comes before their first answer from the database; after one, they log
+// it and retry, since a migration or a grant under way can cause it for a
+// moment.
+func Permanent(err error) bool {
+	return errors.Is(err, ErrNotMigrated) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrInvalid)
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }

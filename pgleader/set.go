@@ -159,8 +159,10 @@ func (s *Set) observe(o Observation) {
 }
 
 // Run campaigns for the set's keys until ctx is cancelled, running the body
-// for every key it wins. Backend errors never end Run: it logs them and
-// retries. When ctx is cancelled every live term ends as stopped: each body
+// for every key it wins. Backend errors are logged and retried, except one
+// that retrying cannot cure ([Permanent]) before the first tick or campaign
+// is answered: Run returns it. When ctx is cancelled every live term ends
+// as stopped: each body
 // is told at once and cancelled YieldGrace later, each lease is handed to
 // another live member of the set (released, with SetOptions.NoHandOff or
 // when no other member is live) after its body returns (ReleaseTimeout
@@ -187,7 +189,7 @@ func (s *Set) Run(ctx context.Context) error {
 	}()
 	r := newSetRun(s, ctx)
 	r.loop()
-	return nil
+	return r.fatal
 }
 
 // setTerm is one key's term inside a run.
@@ -225,6 +227,8 @@ type setRun struct {
 	window   int       // where the next campaign's part of the keys starts (see startCampaign)
 	idle     int       // parts in a row that won nothing, while a sweep of the keys is not done
 	failures int
+	answered bool  // a tick or campaign of this run was answered (see Permanent)
+	fatal    error // a Permanent error before any answer: Run returns it
 	stopping bool
 	left     bool
 	batching bool // releaseT is armed
@@ -287,11 +291,7 @@ func (r *setRun) loop() {
 		select {
 		case <-stop:
 			stop = nil
-			r.stopping = true
-			r.renewT.Stop()
-			r.campaignT.Stop()
-			r.yield(maps.Keys(r.terms), lifecycle.Stopped)
-			r.startRelease()
+			r.stop()
 		case <-s.changed:
 			r.applyKeys()
 		case <-r.renewT.C:
@@ -322,6 +322,31 @@ func (r *setRun) loop() {
 		}
 		r.settle()
 	}
+}
+
+// stop ends every term as stopped and the run once they are released.
+func (r *setRun) stop() {
+	if r.stopping {
+		return
+	}
+	r.stopping = true
+	r.renewT.Stop()
+	r.campaignT.Stop()
+	r.yield(maps.Keys(r.terms), lifecycle.Stopped)
+	r.startRelease()
+}
+
+// failFast stops the run with err, which Run returns, if no tick or
+// campaign of the run was answered and retrying cannot cure err.
+func (r *setRun) failFast(err error) bool {
+	r.answered = r.answered || err == nil
+	if err == nil || r.answered || r.stopping || !Permanent(err) {
+		return false
+	}
+	r.s.log.Error("set failed, and retrying cannot cure it: Run returns", "err", err)
+	r.fatal, r.left = err, true // nothing of this run was written: no member row to leave
+	r.stop()
+	return true
 }
 
 // drain runs the answers already waiting on done: bodies that were told to
@@ -442,6 +467,10 @@ func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, term
 	s := r.s
 	r.renewing = false
 	s.observe(Observation{Kind: ObserveRenewed, Took: took, Err: err})
+	if r.failFast(err) {
+		s.fail(err)
+		return
+	}
 	for i, st := range terms {
 		if r.terms[keys[i]] != st {
 			continue
@@ -589,6 +618,9 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 			return
 		}
 		s.fail(err)
+		if r.failFast(err) {
+			return
+		}
 		r.failures++
 		retry := s.spec.backoff(r.failures)
 		s.log.Warn("campaign failed", "err", err, "retry_in", retry)
@@ -597,7 +629,7 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 		r.schedule()
 		return
 	}
-	r.failures = 0
+	r.failures, r.answered = 0, true
 	r.nMembers = max(members, 1)
 	// A campaign that won keys goes on at once with the next part while
 	// one may take more, and so does a part that won nothing until the

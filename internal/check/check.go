@@ -48,17 +48,29 @@ type Sentinels struct {
 func (s Sentinels) SQLError(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		// The server's hint says what to do; pgconn's message leaves it out.
+		var hint string
+		switch {
+		case pgErr.Hint != "":
+			hint = " (hint: " + pgErr.Hint + ")"
+		case pgErr.Code == "42501":
+			// PostgreSQL's own refusal: the role was never granted the use.
+			hint = " (hint: the schema's owner grants a role the use of pgleader with 'pgleader grant ROLE' (cmd/pgleader) or SELECT pgleader.grant_usage('ROLE'))"
+		}
 		switch pgErr.Code {
 		case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
-			return fmt.Errorf("%w (%s: %s)", s.NotMigrated, op, pgErr.Message)
+			return fmt.Errorf("%w (%s: %s)%s", s.NotMigrated, op, pgErr.Message, hint)
 		case "22023": // invalid_parameter_value, raised by the SQL functions' own checks
-			return fmt.Errorf("%w: %s: %s", s.Invalid, op, pgErr.Message)
+			return fmt.Errorf("%w: %s: %s%s", s.Invalid, op, pgErr.Message, hint)
 		case "42501": // insufficient_privilege
 			if s.Forbidden != nil {
 				// Both wrapped: the sentinel, and the server's error with
 				// its SQLSTATE and the key's role in its message.
-				return fmt.Errorf("%w: %s: %w", s.Forbidden, op, err)
+				return fmt.Errorf("%w: %s: %w%s", s.Forbidden, op, err, hint)
 			}
+		}
+		if hint != "" {
+			return fmt.Errorf("%s: %s: %w%s", s.Prefix, op, err, hint)
 		}
 	}
 	return fmt.Errorf("%s: %s: %w", s.Prefix, op, err)
