@@ -315,7 +315,9 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 	t := newTerm(e.spec.Key, e.opts.Owner, token, sent)
 	defer close(t.over)
 	log := e.log.With("token", token)
-	m, act := lifecycle.Start(e.spec.timing(), sent, bound, time.Now())
+	tm := e.spec.timing()
+	tm.CancelOnStop = e.opts.CancelOnStop
+	m, act := lifecycle.Start(tm, sent, bound, time.Now())
 	t.setTimeline(m.SafeEnd(), m.YieldAt())
 	e.mu.Lock()
 	e.term = t

@@ -188,6 +188,48 @@ func TestTimelineStopped(t *testing.T) {
 	})
 }
 
+// TestTimelineStoppedCancelOnStop: with CancelOnStop a body that ignores
+// Ending is cancelled at the stop, and released ReleaseTimeout later (not
+// YieldGrace + ReleaseTimeout); a resignation the same.
+func TestTimelineStoppedCancelOnStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := pgleadertest.NewBackend()
+		var rec recorder
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: rec.body(0, false), CancelOnStop: true})
+		time.Sleep(3 * time.Second)
+		r.stop(t)
+		at(t, "Run returned", time.Now(), t0, 3500*time.Millisecond)
+		terms := rec.all()
+		if len(terms) != 1 || terms[0].reason != pgleader.ReasonStopped {
+			t.Fatalf("terms = %+v; want one, stopped", terms)
+		}
+		at(t, "ending", terms[0].ending, t0, 3*time.Second)
+		at(t, "cancelled", terms[0].cancelled, t0, 3*time.Second)
+		rel := releases(b)
+		if len(rel) != 1 || !rel[0].OK {
+			t.Fatalf("releases = %+v, want one that took effect", rel)
+		}
+		at(t, "released", rel[0].At, t0, 3500*time.Millisecond)
+
+		// A resignation (StepDown) is cut short the same way.
+		t1 := time.Now()
+		var rec2 recorder
+		r2 := start(t, b, recipeSpec("k2"), pgleader.Options{Owner: "a", Lead: rec2.body(0, false), CancelOnStop: true})
+		time.Sleep(time.Second)
+		if err := r2.el.StepDown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		terms = rec2.all()
+		if len(terms) != 1 || terms[0].reason != pgleader.ReasonResigned {
+			t.Fatalf("terms = %+v; want one, resigned", terms)
+		}
+		at(t, "resigned term cancelled", terms[0].cancelled, t1, time.Second)
+		r2.stop(t)
+	})
+}
+
 func TestTimelineStoppedBodyReturnsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()

@@ -58,6 +58,16 @@ type Options struct {
 	// keeps candidates; it needs a listening [Watcher] for the
 	// candidate's side.
 	NoHandOff bool
+	// CancelOnStop cancels the body's context as soon as a term ends
+	// stopped or resigned, instead of YieldGrace later: for a body that
+	// watches only ctx.Done(), not t.Ending(). Such a body returns only once
+	// cancelled, and a statement it had sent may still run, so its lease is
+	// handed off ReleaseTimeout after the cancellation: a hand-off then
+	// takes ReleaseTimeout rather than YieldGrace + ReleaseTimeout. The
+	// trade-off: the body gets no grace to finish the unit of work it is
+	// in. A body that watches Ending and returns nil hands off at once
+	// either way (docs/model.md, "Bodies that watch only ctx").
+	CancelOnStop bool
 }
 
 // SetOptions are the parts of a Set that are not timing.
@@ -90,4 +100,7 @@ type SetOptions struct {
 	// finished releases its lease instead of handing it to another live
 	// member of the set (see docs/sets.md).
 	NoHandOff bool
+	// CancelOnStop cancels each body's context as soon as its term ends
+	// stopped or resigned, as Options.CancelOnStop.
+	CancelOnStop bool
 }

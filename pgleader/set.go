@@ -671,7 +671,9 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 func (r *setRun) start(l Lease, sent time.Time) {
 	s := r.s
 	t := newTerm(l.Key, s.opts.Owner, l.Token, sent)
-	m, act := lifecycle.Start(s.spec.timing(), sent, s.spec.TTL, time.Now())
+	tm := s.spec.timing()
+	tm.CancelOnStop = s.opts.CancelOnStop
+	m, act := lifecycle.Start(tm, sent, s.spec.TTL, time.Now())
 	t.setTimeline(m.SafeEnd(), m.YieldAt())
 	s.mu.Lock()
 	_, wanted := s.keys[l.Key]

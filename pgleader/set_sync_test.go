@@ -658,3 +658,35 @@ func TestSetHeldTermFoundLost(t *testing.T) {
 		r.stop(t)
 	})
 }
+
+// TestSetCancelOnStop: a Set's bodies that watch only ctx are cancelled at
+// the stop with CancelOnStop, and Run returns ReleaseTimeout later; without
+// it, YieldGrace + ReleaseTimeout later.
+func TestSetCancelOnStop(t *testing.T) {
+	for _, cancelOnStop := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			b := pgleadertest.NewBackend()
+			ctxOnly := func(ctx context.Context, _ *pgleader.Term) error {
+				<-ctx.Done()
+				return nil
+			}
+			r := startSet(t, b, setSpec("s"), keyNames("k", 5), pgleader.SetOptions{Owner: "a", Lead: ctxOnly, CancelOnStop: cancelOnStop})
+			spec := r.set.Spec()
+			time.Sleep(3 * time.Second)
+			synctest.Wait()
+			if h := held(r)[0]; h != 5 {
+				t.Fatalf("held %d of 5", h)
+			}
+			stopped := time.Now()
+			r.stop(t)
+			want := spec.YieldGrace + spec.ReleaseTimeout
+			if cancelOnStop {
+				want = spec.ReleaseTimeout
+			}
+			// The Set waits a few milliseconds for releases to batch.
+			if took := time.Since(stopped); took < want || took > want+10*time.Millisecond {
+				t.Errorf("CancelOnStop %v: Run returned %v after the stop; want %v (and the release batch's wait)", cancelOnStop, took, want)
+			}
+		})
+	}
+}

@@ -339,7 +339,7 @@ func (pp *processPair) round(ctx context.Context) (sample, error) {
 // this process, and prints both.
 func (b *bench) apiTable(ctx context.Context) error {
 	n := *apiHandovers
-	bare, err := b.newHandoverPair(ctx, mode{"", true, true, "api-bare", false})
+	bare, err := b.newHandoverPair(ctx, mode{name: "", notify: true, handOff: true, key: "api-bare"})
 	if err != nil {
 		return err
 	}

@@ -43,13 +43,18 @@ type mode struct {
 	notify, handOff bool
 	key             string
 	aged            bool
+	// ctxOnly: the bodies watch only ctx.Done(), not Ending; cancelOnStop
+	// sets Options.CancelOnStop.
+	ctxOnly, cancelOnStop bool
 }
 
 var modes = []mode{
-	{"hand-off (LISTEN/NOTIFY, candidate rows)", true, true, "handover-handoff", false},
-	{"release, then acquire (LISTEN/NOTIFY, NoHandOff)", true, false, "handover-notify", false},
-	{"polling every CampaignEvery (PollOnly)", false, false, "handover-poll", false},
-	{"hand-off, candidate registered over RenewEvery + Margin before (take writes)", true, true, "handover-aged", true},
+	{"hand-off (LISTEN/NOTIFY, candidate rows)", true, true, "handover-handoff", false, false, false},
+	{"release, then acquire (LISTEN/NOTIFY, NoHandOff)", true, false, "handover-notify", false, false, false},
+	{"polling every CampaignEvery (PollOnly)", false, false, "handover-poll", false, false, false},
+	{"hand-off, candidate registered over RenewEvery + Margin before (take writes)", true, true, "handover-aged", true, false, false},
+	{"hand-off, a body that watches only ctx", true, true, "handover-ctx", false, true, false},
+	{"hand-off, a body that watches only ctx, CancelOnStop", true, true, "handover-ctx-cancel", false, true, true},
 }
 
 // benchIdle bounds the wait before each stop: a random point of the
@@ -80,7 +85,7 @@ func (b *bench) aged(ctx context.Context, key, owner string) error {
 }
 
 // pair starts two replicas of key: x leads (and has written), y waits.
-func (b *bench) pair(ctx context.Context, key string, notify, handOff bool) (x, y *replica, err error) {
+func (b *bench) pair(ctx context.Context, key string, notify, handOff bool, setup ...func(*replica)) (x, y *replica, err error) {
 	if _, err := b.admin.Exec(ctx, `INSERT INTO digests (name, body) VALUES ($1, '') ON CONFLICT DO NOTHING`, key); err != nil {
 		return nil, nil, err
 	}
@@ -90,6 +95,10 @@ func (b *bench) pair(ctx context.Context, key string, notify, handOff bool) (x, 
 	if y, err = newReplica(ctx, b.url, key, "b-"+key, notify, handOff); err != nil {
 		x.close()
 		return nil, nil, err
+	}
+	for _, f := range setup {
+		f(x)
+		f(y)
 	}
 	if err := x.start(); err != nil {
 		return x, y, err
@@ -163,7 +172,7 @@ type handoverPair struct {
 }
 
 func (b *bench) newHandoverPair(ctx context.Context, m mode) (*handoverPair, error) {
-	x, y, err := b.pair(ctx, m.key, m.notify, m.handOff)
+	x, y, err := b.pair(ctx, m.key, m.notify, m.handOff, func(r *replica) { r.ctxOnly, r.cancelOnStop = m.ctxOnly, m.cancelOnStop })
 	p := &handoverPair{b: b, m: m, leader: x, cand: y}
 	if err != nil {
 		p.close()
@@ -263,7 +272,7 @@ func (b *bench) handoverTable(ctx context.Context, rtt, idleRTT time.Duration, c
 	stepsOf := map[string]steps{}
 	for _, m := range modes {
 		n := *handovers
-		if m.aged {
+		if m.aged || m.ctxOnly {
 			n = *agedHandovers
 		}
 		a, w, st, err := b.handover(ctx, m, n)
@@ -275,7 +284,7 @@ func (b *bench) handoverTable(ctx context.Context, rtt, idleRTT time.Duration, c
 		}
 		stepsOf[m.name] = st
 		name := m.name
-		if m.aged {
+		if m.aged || m.ctxOnly {
 			name = fmt.Sprintf("%s, %d handovers", m.name, n)
 		}
 		fmt.Printf("| %s | %s | %s |\n", name, summary(a), summary(w))

@@ -44,14 +44,16 @@ type replica struct {
 	count   *counter
 	crashed atomic.Bool
 
-	noHandOff   bool
-	attempts    atomic.Int64
-	sentAt      chan time.Time // when the statement that proved a term was sent
-	knowsAt     chan time.Time // when the successor knew it leads (Claim was called)
-	bodyAt      chan time.Time // when a term's body was entered (its Claim committed)
-	releaseSent chan time.Time // when a release that took effect was sent
-	releasedAt  chan time.Time // when it returned
-	firstWrite  chan time.Time // when a term's first fenced write committed
+	noHandOff    bool
+	ctxOnly      bool // the body watches only ctx.Done(), not Ending
+	cancelOnStop bool // Options.CancelOnStop
+	attempts     atomic.Int64
+	sentAt       chan time.Time // when the statement that proved a term was sent
+	knowsAt      chan time.Time // when the successor knew it leads (Claim was called)
+	bodyAt       chan time.Time // when a term's body was entered (its Claim committed)
+	releaseSent  chan time.Time // when a release that took effect was sent
+	releasedAt   chan time.Time // when it returned
+	firstWrite   chan time.Time // when a term's first fenced write committed
 
 	el     *pgleader.Elector
 	cancel context.CancelFunc
@@ -96,6 +98,7 @@ func (r *replica) fresh(off speedup.Mechanisms) {
 func (r *replica) start() error {
 	el, err := pgleader.New(&timed{r.pg, r}, recipe(r.key), pgleader.Options{
 		Owner: r.owner, Logger: quiet, Lead: r.lead, Claim: r.claim, FenceFloor: r.floor, NoHandOff: r.noHandOff,
+		CancelOnStop: r.cancelOnStop,
 	})
 	if err != nil {
 		return err
@@ -152,8 +155,12 @@ func (r *replica) lead(ctx context.Context, t *pgleader.Term) error {
 		return err
 	}
 	offer(r.firstWrite, time.Now())
+	ending := t.Ending()
+	if r.ctxOnly {
+		ending = nil
+	}
 	select {
-	case <-t.Ending():
+	case <-ending:
 	case <-ctx.Done():
 	}
 	return nil

@@ -36,6 +36,9 @@ const (
 // Timing is a Spec's durations.
 type Timing struct {
 	TTL, RenewEvery, CampaignEvery, Margin, YieldGrace, ReleaseTimeout time.Duration
+	// CancelOnStop cancels the body at once when the term is stopped or
+	// resigned, rather than YieldGrace later.
+	CancelOnStop bool
 	// NoYield breaks the timeline on purpose (internal/hook.NoYield, for
 	// the fault checker's self-test): the term never yields and its body
 	// is not cancelled at C. Stops, resignations and lost leases still
@@ -210,18 +213,21 @@ func (m *Machine) Lost(now time.Time, schemaGone bool) Actions {
 }
 
 // Yield ends the term as stopped or resigned: Ending at once, the body
-// cancelled YieldGrace later (or at C, if that is sooner), the lease
-// released once it returns.
+// cancelled YieldGrace later (or at C, if that is sooner; at once with
+// CancelOnStop), the lease released once it returns.
 func (m *Machine) Yield(reason Reason, now time.Time) Actions {
 	if m.reason != None {
 		return Actions{}
 	}
 	m.reason, m.softAt = reason, now
-	note := Stopping
+	act := Actions{End: reason, Note: Stopping}
 	if reason == Resigned {
-		note = Resigning
+		act.Note = Resigning
 	}
-	return m.settle(now, Actions{End: reason, Note: note})
+	if m.tm.CancelOnStop {
+		m.cancel(now, &act)
+	}
+	return m.settle(now, act)
 }
 
 // BodyDone: the body (Claim, then Lead) returned at now. refused: Claim
@@ -291,7 +297,8 @@ func (m *Machine) Next() time.Time {
 }
 
 // cancelBy is when the body's context is to be cancelled, while it is
-// not: at C, and YieldGrace after a stop or resignation if that is sooner.
+// not: at C, and YieldGrace after a stop or resignation (at once with
+// CancelOnStop) if that is sooner.
 func (m *Machine) cancelBy() time.Time {
 	if !m.cancelledAt.IsZero() {
 		return time.Time{}
@@ -301,7 +308,11 @@ func (m *Machine) cancelBy() time.Time {
 		at = m.cancelAt
 	}
 	if !m.softAt.IsZero() {
-		if soft := m.softAt.Add(m.tm.YieldGrace); at.IsZero() || soft.Before(at) {
+		soft := m.softAt.Add(m.tm.YieldGrace)
+		if m.tm.CancelOnStop {
+			soft = m.softAt
+		}
+		if at.IsZero() || soft.Before(at) {
 			at = soft
 		}
 	}
