@@ -237,6 +237,7 @@ type setRun struct {
 	renewing, campaigning, sending bool
 	done                           chan func()
 	renewT                         *time.Timer
+	tickAt                         time.Time // when renewT fires
 	campaignT                      *time.Timer
 	termT                          *time.Timer // the earliest instant a term's machine needs
 	releaseT                       *time.Timer // armed while releases wait to be batched
@@ -257,7 +258,7 @@ func (r *setRun) loop() {
 	s := r.s
 	// Join first: the first tick renews nothing and records the member,
 	// so the first campaign already counts this replica.
-	r.renewT = time.NewTimer(0)
+	r.renewT, r.tickAt = time.NewTimer(0), time.Now()
 	// The first campaign waits CampaignEvery, so the replicas that start
 	// together have joined: each counts them all and takes its share.
 	r.paceAt = time.Now().Add(s.spec.CampaignEvery)
@@ -491,7 +492,7 @@ func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, term
 			s.log.Warn("renewal failed", "err", err, "keys", len(keys), "retry_in", retry)
 		}
 		if !r.stopping {
-			r.renewT.Reset(retry)
+			r.armRenew(time.Now().Add(retry))
 		}
 		return
 	}
@@ -501,10 +502,24 @@ func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, term
 	r.members, r.handed, r.ticked = d.Members, d.Handed, true
 	r.nMembers = max(len(d.Members), 1)
 	if !r.stopping {
-		r.renewT.Reset(time.Until(sent.Add(s.spec.RenewEvery)))
+		r.armRenew(sent.Add(s.spec.RenewEvery))
 		r.rebalance()
 		r.schedule()
 	}
+}
+
+// armRenew sets the next tick at the earliest renewal any term needs, and
+// at next at the latest (the membership's). Terms won since the last tick
+// was sent need theirs RenewEvery after their campaign was sent: a tick at
+// the usual step could come too late for a campaign that took long.
+func (r *setRun) armRenew(next time.Time) {
+	for _, st := range r.terms {
+		if at := st.m.RenewAt(); !at.IsZero() && at.Before(next) {
+			next = at
+		}
+	}
+	r.tickAt = next
+	r.renewT.Reset(time.Until(next))
 }
 
 func (r *setRun) over(t *Term) {
@@ -660,6 +675,9 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 			r.start(l, sent)
 		}
 		r.startRelease()
+		if !r.renewing && !r.stopping {
+			r.armRenew(r.tickAt)
+		}
 	}
 	r.schedule()
 }

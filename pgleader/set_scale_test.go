@@ -220,3 +220,50 @@ func TestSetReleasesManyKeysPastReleaseTimeout(t *testing.T) {
 		}
 	})
 }
+
+// slowSet answers campaigns and ticks late, as a loaded database does at
+// 100,000 keys.
+type slowSet struct {
+	pgleader.SetBackend
+	acquire, renew time.Duration
+}
+
+func (b *slowSet) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) ([]pgleader.Lease, int, error) {
+	time.Sleep(b.acquire)
+	return b.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
+}
+
+func (b *slowSet) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
+	time.Sleep(b.renew)
+	return b.SetBackend.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
+}
+
+// TestSetTicksForSlowCampaign: terms won by a campaign that took 1.7 s are
+// renewed RenewEvery after that campaign was sent, not at the set's usual
+// step, which came 1.5 s later: with ticks that take 0.6 s, that one was
+// answered after the terms' yield instant, and every key was dropped and
+// won again (seen at 100,000 keys after a cold start).
+func TestSetTicksForSlowCampaign(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &slowSet{SetBackend: pgleadertest.NewBackend(), acquire: 1700 * time.Millisecond, renew: 600 * time.Millisecond}
+		var mu sync.Mutex
+		entered := 0
+		body := func(ctx context.Context, term *pgleader.Term) error {
+			mu.Lock()
+			entered++
+			mu.Unlock()
+			<-term.Ending()
+			return nil
+		}
+		r := startSet(t, b, setSpec("s"), keyNames("k", 10), pgleader.SetOptions{Owner: "a", Lead: body})
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		n := entered
+		mu.Unlock()
+		if h := held(r)[0]; h != 10 || n != 10 {
+			t.Errorf("after 20 s: held %d, bodies entered %d; want 10 and 10 (every term kept)", h, n)
+		}
+		r.stop(t)
+	})
+}
