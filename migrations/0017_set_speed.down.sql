@@ -1,7 +1,7 @@
 -- Reverts 0017_set_speed.up.sql: version 16's lease_draw, _epoch_bump,
--- renew_many, set_acquire, set_release and set_renew. The token_min marks
--- version 17 left past the last epoch stay: version 16's lease_draw refuses
--- those draws anyway.
+-- renew_many, set_acquire, set_release, set_renew and acquire_many. The
+-- token_min marks version 17 left past the last epoch stay: version 16's
+-- lease_draw refuses those draws anyway.
 
 DROP TRIGGER lease_draw ON pgleader.lease;
 CREATE TRIGGER lease_draw BEFORE UPDATE OF token ON pgleader.lease
@@ -260,5 +260,77 @@ BEGIN
            coalesce(array_agg(s.expires_at ORDER BY s.owner), '{}'), h, t
       FROM pgleader.set_member AS s
      WHERE s.set_name = p_set AND s.role = c AND s.expires_at > t;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgleader.acquire_many(p_keys text[], p_owner text, p_ttl interval, p_limit integer, p_floors bigint[] DEFAULT NULL::bigint[])
+ RETURNS TABLE(key text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $$
+#variable_conflict use_column
+DECLARE
+    g record;
+    t timestamptz;
+    f bigint;
+    c name := pgleader._caller();
+    bad record;
+BEGIN
+    PERFORM pgleader._check_args('-', p_owner, p_ttl, true, true);
+    PERFORM pgleader._check_keys(p_keys, NULL, false);
+    IF p_limit IS NULL OR p_limit < 0 THEN
+        RAISE EXCEPTION 'pgleader: limit must be zero or positive, got %', coalesce(p_limit::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF p_floors IS NOT NULL THEN
+        IF array_ndims(p_floors) > 1 OR cardinality(p_floors) <> cardinality(p_keys) THEN
+            RAISE EXCEPTION 'pgleader: floors must be an array of one floor per key (% keys, % floors)',
+                cardinality(p_keys), cardinality(p_floors) USING ERRCODE = '22023';
+        END IF;
+        FOREACH f IN ARRAY p_floors LOOP
+            PERFORM pgleader._check_floor(f);
+        END LOOP;
+    END IF;
+    SELECT l.key, l.role INTO bad FROM pgleader.lease AS l
+     WHERE l.key = ANY (p_keys) AND l.role <> c AND NOT pgleader._own(l.role, false) LIMIT 1;
+    IF FOUND THEN
+        PERFORM pgleader._refuse('acquire it', 'key ' || to_json(bad.key)::text, bad.role);
+    END IF;
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+    IF p_limit = 0 OR cardinality(p_keys) = 0 OR clock_timestamp() < g.grace_until THEN
+        RETURN;
+    END IF;
+
+    -- Rows for keys never seen, inserted in key order so that concurrent
+    -- inserts of the same keys wait in one order.
+    INSERT INTO pgleader.lease AS l (key)
+    SELECT u.k FROM unnest(p_keys) AS u(k)
+     WHERE NOT EXISTS (SELECT 1 FROM pgleader.lease AS x WHERE x.key = u.k)
+     ORDER BY u.k
+    ON CONFLICT (key) DO NOTHING;
+
+    t := clock_timestamp();
+    RETURN QUERY
+    WITH want AS (
+        SELECT u.k, coalesce(u.f, 0) AS f FROM unnest(p_keys, p_floors) AS u(k, f) WHERE u.k IS NOT NULL
+    ), locked AS (
+        SELECT l.key, w.f
+          FROM pgleader.lease AS l JOIN want AS w ON w.k = l.key
+         WHERE (l.holder IS NULL OR l.expires_at <= t) AND l.token < 9223372036854775807
+           AND (l.role = c OR pgleader._own(l.role, false))
+         ORDER BY l.key
+         LIMIT p_limit
+           FOR UPDATE OF l SKIP LOCKED
+    ), won AS (
+        UPDATE pgleader.lease AS l
+           SET token = greatest(l.token, k.f) + 1, role = coalesce(l.role, c),
+               (holder, acquired_at, renewed_at, expires_at, value, priority, handed_off, resign_token, transfer_to)
+                 = (SELECT * FROM pgleader._term(p_owner, t, t + p_ttl))
+          FROM locked AS k
+         WHERE l.key = k.key AND (l.holder IS NULL OR l.expires_at <= t)
+        RETURNING l.key, l.token, l.expires_at
+    )
+    SELECT won.key, won.token, won.expires_at, t FROM won ORDER BY won.key;
 END
 $$;

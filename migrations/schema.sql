@@ -692,8 +692,8 @@ BEGIN
             PERFORM pgleader._check_floor(f);
         END LOOP;
     END IF;
-    SELECT l.key, l.role INTO bad FROM pgleader.lease AS l
-     WHERE l.key = ANY (p_keys) AND l.role <> c AND NOT pgleader._own(l.role, false) LIMIT 1;
+    SELECT l.key, l.role INTO bad FROM unnest(p_keys) AS u(k) JOIN pgleader.lease AS l ON l.key = u.k
+     WHERE l.role <> c AND NOT pgleader._own(l.role, false) LIMIT 1;
     IF FOUND THEN
         PERFORM pgleader._refuse('acquire it', 'key ' || to_json(bad.key)::text, bad.role);
     END IF;
@@ -714,13 +714,17 @@ BEGIN
     t := clock_timestamp();
     RETURN QUERY
     WITH want AS (
-        SELECT u.k, coalesce(u.f, 0) AS f FROM unnest(p_keys, p_floors) AS u(k, f) WHERE u.k IS NOT NULL
+        -- In key order, by a rank the planner cannot take from the lease
+        -- table's index: ordered by l.key, a LIMIT could walk the whole
+        -- table comparing each row with every key.
+        SELECT u.k, coalesce(u.f, 0) AS f, row_number() OVER (ORDER BY u.k) AS i
+          FROM unnest(p_keys, p_floors) AS u(k, f) WHERE u.k IS NOT NULL
     ), locked AS (
         SELECT l.key, w.f
-          FROM pgleader.lease AS l JOIN want AS w ON w.k = l.key
+          FROM want AS w JOIN pgleader.lease AS l ON l.key = w.k
          WHERE (l.holder IS NULL OR l.expires_at <= t) AND l.token < 9223372036854775807
            AND (l.role = c OR pgleader._own(l.role, false))
-         ORDER BY l.key
+         ORDER BY w.i
          LIMIT p_limit
            FOR UPDATE OF l SKIP LOCKED
     ), won AS (
@@ -1480,16 +1484,18 @@ BEGIN
     g := pgleader._grace();
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
     t := clock_timestamp();
-    WITH mine AS (
+    -- The terms to confirm first, then their rows, key by key: a join of
+    -- the two in one statement could be planned as a nested loop over both.
+    SELECT coalesce(array_agg(q.key), '{}') INTO ck FROM (
         SELECT x.key FROM pgleader.lease AS x
          WHERE x.handed_off AND x.holder = p_owner AND x.expires_at > t AND t >= g.grace_until
         INTERSECT
-        SELECT u.k FROM unnest(p_keys || coalesce(p_confirm, '{}')) AS u(k)
-    ), confirmed AS (
+        SELECT u.k FROM unnest(p_keys || coalesce(p_confirm, '{}')) AS u(k)) AS q;
+    WITH confirmed AS (
         UPDATE pgleader.lease AS l
            SET renewed_at = t, expires_at = t + p_ttl, handed_off = false
-          FROM mine
-         WHERE l.key = mine.key AND l.handed_off AND l.holder = p_owner AND l.expires_at > t
+          FROM unnest(ck) AS u(k)
+         WHERE l.key = u.k AND l.handed_off AND l.holder = p_owner AND l.expires_at > t
            AND t >= g.grace_until AND (l.role = c OR pgleader._own(l.role, false))
         RETURNING l.key, l.token, l.expires_at, l.acquired_at
     )
