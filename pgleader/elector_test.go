@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -768,4 +769,38 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestTermWait: Wait pauses for its duration while the term is live, and
+// returns false as soon as the term begins to end.
+func TestTermWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		type wait struct {
+			took time.Duration
+			live bool
+		}
+		waits := make(chan wait, 10)
+		r := start(t, b, recipeSpec("k"), pgleader.Options{Owner: "a", Lead: func(ctx context.Context, term *pgleader.Term) error {
+			for {
+				t0 := time.Now()
+				live := term.Wait(700 * time.Millisecond)
+				waits <- wait{time.Since(t0), live}
+				if !live {
+					return nil
+				}
+			}
+		}})
+		time.Sleep(1500 * time.Millisecond) // two full waits, and 100 ms of a third
+		r.stop(t)
+		close(waits)
+		var got []wait
+		for w := range waits {
+			got = append(got, w)
+		}
+		want := []wait{{700 * time.Millisecond, true}, {700 * time.Millisecond, true}, {100 * time.Millisecond, false}}
+		if !slices.Equal(got, want) {
+			t.Fatalf("waits = %+v; want %+v", got, want)
+		}
+	})
 }

@@ -134,6 +134,24 @@ func (t *Term) Live() bool {
 // Ending returns a channel that is closed when the term begins to end.
 func (t *Term) Ending() <-chan struct{} { return t.ending }
 
+// Wait waits d, or until the term begins to end if that is sooner, and
+// then reports whether it is still live: the pause between units of work
+// of a body that works periodically.
+//
+//	for t.Live() {
+//		work()
+//		t.Wait(time.Minute)
+//	}
+func (t *Term) Wait(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-t.ending:
+	case <-timer.C:
+	}
+	return t.Live()
+}
+
 // Reason returns why the term ended, or ReasonNone while it is live.
 func (t *Term) Reason() EndReason {
 	t.mu.Lock()
