@@ -16,6 +16,10 @@
 --   index of handed rows, then keeps those among its keys (a hashed set
 --   operation), instead of probing the index once per key it was given.
 -- * set_release does not look for terms to free when it handed every one.
+-- * set_acquire takes at most 10,000 keys a call, and acquire_many inserts
+--   rows for at most as many new keys as it may take: at a cold start of
+--   100,000 keys, a campaign's statement took 4 s, most of a term's first
+--   TTL, inserting rows other replicas were inserting too.
 -- * acquire_many and set_acquire are written so that no plan can cost more
 --   than the keys given times the rows they find: the keys drive index
 --   lookups, in the order of their own position, and the handed terms to
@@ -143,7 +147,9 @@ $$;
 
 -- set_acquire is version 16's; the terms handed to p_owner are found by
 -- the partial index lease_handed_holder first, kept if among p_keys or
--- p_confirm, and then confirmed key by key.
+-- p_confirm, and then confirmed key by key; and it takes at most 10,000
+-- keys a call, so that its statement stays short (a Set campaigns again
+-- at once after a campaign that won).
 CREATE OR REPLACE FUNCTION pgleader.set_acquire(p_set text, p_owner text, p_keys text[], p_ttl interval, p_held integer,
                                                 p_extra integer DEFAULT 0, p_floors bigint[] DEFAULT NULL,
                                                 p_total integer DEFAULT NULL, p_confirm text[] DEFAULT NULL)
@@ -203,7 +209,7 @@ BEGIN
         m := m + 1;
     END IF;
     n := coalesce(p_total, p_held + cardinality(p_keys));
-    lim := least(greatest((n + m - 1) / m - p_held - cardinality(ck), 0) + p_extra, cardinality(p_keys));
+    lim := least(greatest((n + m - 1) / m - p_held - cardinality(ck), 0) + p_extra, cardinality(p_keys), 10000);
     RETURN QUERY
     SELECT coalesce(array_agg(w.key ORDER BY w.key), '{}'), coalesce(array_agg(w.token ORDER BY w.key), '{}'),
            coalesce(array_agg(w.expires_at ORDER BY w.key), '{}'), coalesce(array_agg(w.acquired_at ORDER BY w.key), '{}'),
@@ -339,7 +345,8 @@ $$;
 
 
 -- acquire_many is version 1's, with plans that cost no more than the keys
--- given times the rows found (see above).
+-- given times the rows found (see above), and it inserts rows for at most
+-- p_limit new keys.
 CREATE OR REPLACE FUNCTION pgleader.acquire_many(p_keys text[], p_owner text, p_ttl interval, p_limit integer, p_floors bigint[] DEFAULT NULL::bigint[])
  RETURNS TABLE(key text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone)
  LANGUAGE plpgsql
@@ -381,10 +388,13 @@ BEGIN
 
     -- Rows for keys never seen, inserted in key order so that concurrent
     -- inserts of the same keys wait in one order.
+    -- Only as many as it may take: the keys it takes, the first free ones
+    -- in key order, are among the free rows and the first p_limit new ones.
     INSERT INTO pgleader.lease AS l (key)
     SELECT u.k FROM unnest(p_keys) AS u(k)
      WHERE NOT EXISTS (SELECT 1 FROM pgleader.lease AS x WHERE x.key = u.k)
      ORDER BY u.k
+     LIMIT p_limit
     ON CONFLICT (key) DO NOTHING;
 
     t := clock_timestamp();

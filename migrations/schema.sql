@@ -705,10 +705,13 @@ BEGIN
 
     -- Rows for keys never seen, inserted in key order so that concurrent
     -- inserts of the same keys wait in one order.
+    -- Only as many as it may take: the keys it takes, the first free ones
+    -- in key order, are among the free rows and the first p_limit new ones.
     INSERT INTO pgleader.lease AS l (key)
     SELECT u.k FROM unnest(p_keys) AS u(k)
      WHERE NOT EXISTS (SELECT 1 FROM pgleader.lease AS x WHERE x.key = u.k)
      ORDER BY u.k
+     LIMIT p_limit
     ON CONFLICT (key) DO NOTHING;
 
     t := clock_timestamp();
@@ -1509,7 +1512,7 @@ BEGIN
         m := m + 1;
     END IF;
     n := coalesce(p_total, p_held + cardinality(p_keys));
-    lim := least(greatest((n + m - 1) / m - p_held - cardinality(ck), 0) + p_extra, cardinality(p_keys));
+    lim := least(greatest((n + m - 1) / m - p_held - cardinality(ck), 0) + p_extra, cardinality(p_keys), 10000);
     RETURN QUERY
     SELECT coalesce(array_agg(w.key ORDER BY w.key), '{}'), coalesce(array_agg(w.token ORDER BY w.key), '{}'),
            coalesce(array_agg(w.expires_at ORDER BY w.key), '{}'), coalesce(array_agg(w.acquired_at ORDER BY w.key), '{}'),

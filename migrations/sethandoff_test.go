@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -245,5 +246,40 @@ func TestSetTickLapsesTogether(t *testing.T) {
 	}
 	if rec != 10 || h != 10 {
 		t.Fatalf("b's row records held %d with %d handed to it; want 10, 10", rec, h)
+	}
+}
+
+// TestSetAcquireInParts: one set_acquire takes at most 10,000 keys, the
+// next the rest; acquire_many inserts rows only for as many new keys as it
+// may take, and takes the same keys as if it had inserted them all (the
+// first free ones in key order).
+func TestSetAcquireInParts(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var keys []string
+	for i := range 12000 {
+		keys = append(keys, fmt.Sprintf("k%05d", i))
+	}
+	if n := len(setAcquire(t, db.Pool, "a", keys...)); n != 10000 {
+		t.Fatalf("first set_acquire of 12000 keys won %d; want 10000", n)
+	}
+	if n := len(setAcquire(t, db.Pool, "a", keys...)); n != 2000 {
+		t.Fatalf("second set_acquire won %d; want the other 2000", n)
+	}
+
+	// Free rows for x1 and x3; x0, x2, x4.. are new.
+	mustExec(t, db.Pool, `SELECT pgleader.advance('x1', 0), pgleader.advance('x3', 0)`)
+	var won []string
+	if err := db.Pool.QueryRow(ctx, `SELECT array_agg(key ORDER BY key) FROM pgleader.acquire_many(
+	            ARRAY['x5', 'x4', 'x3', 'x2', 'x1', 'x0', 'x6', 'x7'], 'b', '1 minute', 3)`).Scan(&won); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader.lease WHERE key LIKE 'x%'`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(won, []string{"x0", "x1", "x2"}) || rows != 5 {
+		t.Fatalf("acquire_many won %v with %d rows for x keys; want [x0 x1 x2] and 5 rows (x1, x3 and 3 new)", won, rows)
 	}
 }

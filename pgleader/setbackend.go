@@ -47,9 +47,10 @@ type SetBackend interface {
 	// key of neither (an Elector's, another set's) is left alone. Then it
 	// counts the set's live members (owner included, even before it first
 	// renews) and takes for owner up to ceil(total / members) - held -
-	// (terms confirmed) + extra of keys, among those whose lease is free or
-	// expired, each drawing a token above its counter and its floor
-	// (floors[i] for keys[i]; floors may be nil); it returns the leases won
+	// (terms confirmed) + extra of keys, and at most MaxSetTake, among
+	// those whose lease is free or expired, each drawing a token above its
+	// counter and its floor (floors[i] for keys[i]; floors may be nil); it
+	// returns the leases won
 	// and the member count. keys are set keys owner does not hold, all of
 	// them or a part; total is how many keys of the set owner knows (0:
 	// held + len(keys)). A key locked by another operation is skipped, not
@@ -78,6 +79,11 @@ type SetBackend interface {
 	// Logger and Hold.
 	Abilities() Abilities
 }
+
+// MaxSetTake is the most keys one [SetBackend.AcquireSet] takes, so that
+// a campaign's statement stays short; a Set campaigns again at once after a
+// campaign that won (pgleader.set_acquire, schema 17).
+const MaxSetTake = 10000
 
 // checkSetCall checks what every SetBackend call shares.
 func checkSetCall(set, owner string, keys []string, tokens []int64, needTokens bool) error {

@@ -88,7 +88,7 @@ func (b *Backend) AcquireSet(ctx context.Context, set, owner string, keys []stri
 			won = append(won, r.lease(k, now))
 		}
 	}
-	limit := min(max((n+m-1)/m-held-len(won), 0)+extra, len(keys)) + len(won)
+	limit := min(max((n+m-1)/m-held-len(won), 0)+extra, len(keys), pgleader.MaxSetTake) + len(won)
 	for _, k := range order {
 		if len(won) == limit {
 			break
