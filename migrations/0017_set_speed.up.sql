@@ -17,7 +17,7 @@
 --   operation), instead of probing the index once per key it was given.
 -- * set_release does not look for terms to free when it handed every one.
 -- * set_acquire takes at most 10,000 keys a call, and acquire_many inserts
---   rows for at most as many new keys as it may take: at a cold start of
+--   rows for at most as many new keys as it may take (or 1,000): at a cold start of
 --   100,000 keys, a campaign's statement took 4 s, most of a term's first
 --   TTL, inserting rows other replicas were inserting too.
 -- * acquire_many and set_acquire are written so that no plan can cost more
@@ -346,7 +346,7 @@ $$;
 
 -- acquire_many is version 1's, with plans that cost no more than the keys
 -- given times the rows found (see above), and it inserts rows for at most
--- p_limit new keys.
+-- p_limit new keys (or 1,000).
 CREATE OR REPLACE FUNCTION pgleader.acquire_many(p_keys text[], p_owner text, p_ttl interval, p_limit integer, p_floors bigint[] DEFAULT NULL::bigint[])
  RETURNS TABLE(key text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone)
  LANGUAGE plpgsql
@@ -388,13 +388,15 @@ BEGIN
 
     -- Rows for keys never seen, inserted in key order so that concurrent
     -- inserts of the same keys wait in one order.
-    -- Only as many as it may take: the keys it takes, the first free ones
-    -- in key order, are among the free rows and the first p_limit new ones.
+    -- Not many more than it may take: the keys it takes, the first free
+    -- ones in key order, are among the free rows and the first p_limit new
+    -- ones. (At least 1,000, so that replicas starting together on a small
+    -- set do not all insert the same few keys and wait on each other.)
     INSERT INTO pgleader.lease AS l (key)
     SELECT u.k FROM unnest(p_keys) AS u(k)
      WHERE NOT EXISTS (SELECT 1 FROM pgleader.lease AS x WHERE x.key = u.k)
      ORDER BY u.k
-     LIMIT p_limit
+     LIMIT greatest(p_limit, 1000)
     ON CONFLICT (key) DO NOTHING;
 
     t := clock_timestamp();

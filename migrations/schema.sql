@@ -705,13 +705,15 @@ BEGIN
 
     -- Rows for keys never seen, inserted in key order so that concurrent
     -- inserts of the same keys wait in one order.
-    -- Only as many as it may take: the keys it takes, the first free ones
-    -- in key order, are among the free rows and the first p_limit new ones.
+    -- Not many more than it may take: the keys it takes, the first free
+    -- ones in key order, are among the free rows and the first p_limit new
+    -- ones. (At least 1,000, so that replicas starting together on a small
+    -- set do not all insert the same few keys and wait on each other.)
     INSERT INTO pgleader.lease AS l (key)
     SELECT u.k FROM unnest(p_keys) AS u(k)
      WHERE NOT EXISTS (SELECT 1 FROM pgleader.lease AS x WHERE x.key = u.k)
      ORDER BY u.k
-     LIMIT p_limit
+     LIMIT greatest(p_limit, 1000)
     ON CONFLICT (key) DO NOTHING;
 
     t := clock_timestamp();

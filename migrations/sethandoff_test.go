@@ -251,8 +251,8 @@ func TestSetTickLapsesTogether(t *testing.T) {
 
 // TestSetAcquireInParts: one set_acquire takes at most 10,000 keys, the
 // next the rest; acquire_many inserts rows only for as many new keys as it
-// may take, and takes the same keys as if it had inserted them all (the
-// first free ones in key order).
+// may take (or 1,000), and takes the same keys as if it had inserted them
+// all (the first free ones in key order).
 func TestSetAcquireInParts(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -268,18 +268,18 @@ func TestSetAcquireInParts(t *testing.T) {
 		t.Fatalf("second set_acquire won %d; want the other 2000", n)
 	}
 
-	// Free rows for x1 and x3; x0, x2, x4.. are new.
-	mustExec(t, db.Pool, `SELECT pgleader.advance('x1', 0), pgleader.advance('x3', 0)`)
+	// Free rows for x0001 and x0003; the other 1,498 x keys are new.
+	mustExec(t, db.Pool, `SELECT pgleader.advance('x0001', 0), pgleader.advance('x0003', 0)`)
 	var won []string
 	if err := db.Pool.QueryRow(ctx, `SELECT array_agg(key ORDER BY key) FROM pgleader.acquire_many(
-	            ARRAY['x5', 'x4', 'x3', 'x2', 'x1', 'x0', 'x6', 'x7'], 'b', '1 minute', 3)`).Scan(&won); err != nil {
+	            (SELECT array_agg('x' || lpad(i::text, 4, '0') ORDER BY i DESC) FROM generate_series(0, 1499) AS i), 'b', '1 minute', 3)`).Scan(&won); err != nil {
 		t.Fatal(err)
 	}
 	var rows int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader.lease WHERE key LIKE 'x%'`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(won, []string{"x0", "x1", "x2"}) || rows != 5 {
-		t.Fatalf("acquire_many won %v with %d rows for x keys; want [x0 x1 x2] and 5 rows (x1, x3 and 3 new)", won, rows)
+	if !slices.Equal(won, []string{"x0000", "x0001", "x0002"}) || rows != 1002 {
+		t.Fatalf("acquire_many won %v with %d rows for x keys; want [x0000 x0001 x0002] and 1002 rows (2 free and 1,000 new)", won, rows)
 	}
 }
