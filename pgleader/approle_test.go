@@ -132,7 +132,7 @@ func TestApplicationRoleRunsTheReadme(t *testing.T) {
 				FenceFloor: func(ctx context.Context) (int64, error) { return digests.Floor(ctx, p, "daily") },
 				Lead: func(ctx context.Context, t *pgleader.Term) error {
 					for t.Live() {
-						err := digests.Write(ctx, p, "daily", t.Token(), sqlfence.Set("body", fmt.Sprintf("%s #%d", owner, t.Token())))
+						err := digests.Write(ctx, p, "daily", t.Token(), sqlfence.Assign("body", fmt.Sprintf("%s #%d", owner, t.Token())))
 						if err != nil {
 							return err
 						}
@@ -238,7 +238,7 @@ func TestApplicationRoleRunsTheReadme(t *testing.T) {
 	if f, err := outbox.Floor(ctx, pool); err != nil || f != token2 {
 		t.Errorf("the outbox's fence floor = %d, %v; want %d", f, err, token2)
 	}
-	if err := digests.Write(ctx, pool, "daily", token1, sqlfence.Set("body", "too late")); !errors.Is(err, sqlfence.ErrFenced) {
+	if err := digests.Write(ctx, pool, "daily", token1, sqlfence.Assign("body", "too late")); !errors.Is(err, sqlfence.ErrFenced) {
 		t.Errorf("a column-fenced write of pod-a's token %d after pod-b's claim: %v; want ErrFenced", token1, err)
 	}
 	_, err = pool.Exec(ctx, `UPDATE digests SET body = 'no fence condition', fence = $1 WHERE name = 'daily'`, token1)

@@ -52,10 +52,10 @@ func TestBoundColumnHooks(t *testing.T) {
 	if f, err := daily.Floor(ctx); f != 2 || err != nil {
 		t.Fatalf("Floor = %d, %v; want 2", f, err)
 	}
-	if err := daily.Write(ctx, ts[1], sqlfence.Set("body", "two")); err != nil {
+	if err := daily.Write(ctx, ts[1], sqlfence.Assign("body", "two")); err != nil {
 		t.Fatal(err)
 	}
-	wantStale(t, daily.Write(ctx, ts[0], sqlfence.Set("body", "one")), "digests/daily", 1, 2, false)
+	wantStale(t, daily.Write(ctx, ts[0], sqlfence.Assign("body", "one")), "digests/daily", 1, 2, false)
 	if body, fence := readDigest(t, db.Pool, "daily"); body != "two" || fence != 2 {
 		t.Fatalf("row = %q at %d; want \"two\" at 2", body, fence)
 	}

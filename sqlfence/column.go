@@ -59,10 +59,15 @@ type Assignment struct {
 	Value any
 }
 
-// Set returns the Assignment column = value.
-func Set(column string, value any) Assignment {
+// Assign returns the Assignment column = value.
+func Assign(column string, value any) Assignment {
 	return Assignment{Column: column, Value: value}
 }
+
+// Set is [Assign].
+//
+// Deprecated: use Assign; Set read as pgleader.Set, a set of keys.
+func Set(column string, value any) Assignment { return Assign(column, value) }
 
 // Claim is a term's first write to the row: it sets the fence to token if
 // the stored fence is strictly lower, so of two holders of one token (the
@@ -92,7 +97,7 @@ func (c Column) Claim(ctx context.Context, db Querier, key any, token int64) err
 //
 // is
 //
-//	digests.Write(ctx, db, name, token, sqlfence.Set("body", body))
+//	digests.Write(ctx, db, name, token, sqlfence.Assign("body", body))
 //
 // With no assignments it only raises the fence. It returns a [*StaleError]
 // (matching [ErrFenced]) if a higher token has written the row, and an error

@@ -43,18 +43,18 @@ func TestColumnStaleHolderRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, body := range []string{"a #1", "a #2"} { // later writes accept an equal fence
-		if err := digests.Write(ctx, db.Pool, "daily", 3, sqlfence.Set("body", body)); err != nil {
+		if err := digests.Write(ctx, db.Pool, "daily", 3, sqlfence.Assign("body", body)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := digests.Claim(ctx, db.Pool, "daily", 4); err != nil {
 		t.Fatal(err)
 	}
-	if err := digests.Write(ctx, db.Pool, "daily", 4, sqlfence.Set("body", "b #1")); err != nil {
+	if err := digests.Write(ctx, db.Pool, "daily", 4, sqlfence.Assign("body", "b #1")); err != nil {
 		t.Fatal(err)
 	}
 
-	err := digests.Write(ctx, db.Pool, "daily", 3, sqlfence.Set("body", "a #3"))
+	err := digests.Write(ctx, db.Pool, "daily", 3, sqlfence.Assign("body", "a #3"))
 	wantStale(t, err, "digests/daily", 3, 4, false)
 	const msg = `sqlfence: resource "digests/daily" fenced: token 3 is stale, stored fence is 4`
 	if err.Error() != msg {
@@ -85,7 +85,7 @@ func TestColumnNullFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustExec(t, db.Pool, `UPDATE digests SET fence = NULL`)
-	if err := digests.Write(ctx, db.Pool, "daily", 1, sqlfence.Set("body", "x")); err != nil {
+	if err := digests.Write(ctx, db.Pool, "daily", 1, sqlfence.Assign("body", "x")); err != nil {
 		t.Fatal(err)
 	}
 	if body, fence := readDigest(t, db.Pool, "daily"); body != "x" || fence != 1 {
@@ -100,7 +100,7 @@ func TestColumnNotFound(t *testing.T) {
 
 	calls := map[string]error{
 		"claim": digests.Claim(ctx, db.Pool, "weekly", 1),
-		"write": digests.Write(ctx, db.Pool, "weekly", 1, sqlfence.Set("body", "x")),
+		"write": digests.Write(ctx, db.Pool, "weekly", 1, sqlfence.Assign("body", "x")),
 	}
 	_, calls["floor"] = digests.Floor(ctx, db.Pool, "weekly")
 	for name, err := range calls {
@@ -129,7 +129,7 @@ func TestColumnWriteAssignments(t *testing.T) {
 			return err
 		}
 		return jobs.Write(ctx, tx, int64(7), 2,
-			sqlfence.Set("state", "done"), sqlfence.Set("tries", 3), sqlfence.Set("payload", map[string]int{"n": 1}))
+			sqlfence.Assign("state", "done"), sqlfence.Assign("tries", 3), sqlfence.Assign("payload", map[string]int{"n": 1}))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -141,5 +141,5 @@ func TestColumnWriteAssignments(t *testing.T) {
 	if err != nil || state != "done" || tries != 3 || payload != `{"n": 1}` || term != 2 {
 		t.Fatalf("row = %q %d %s %d, %v", state, tries, payload, term, err)
 	}
-	wantStale(t, jobs.Write(ctx, db.Pool, int64(7), 1, sqlfence.Set("state", "x")), "app.jobs/7", 1, 2, false)
+	wantStale(t, jobs.Write(ctx, db.Pool, int64(7), 1, sqlfence.Assign("state", "x")), "app.jobs/7", 1, 2, false)
 }

@@ -33,14 +33,14 @@ func TestColumnCreate(t *testing.T) {
 	if floor, err := created.Floor(ctx, pool, "new"); err != nil || floor != 0 {
 		t.Fatalf("floor of a missing row = %d, %v; want 0", floor, err)
 	}
-	if err := created.Write(ctx, pool, "new", 3, sqlfence.Set("body", "first")); err != nil {
+	if err := created.Write(ctx, pool, "new", 3, sqlfence.Assign("body", "first")); err != nil {
 		t.Fatalf("write creating the row: %v", err)
 	}
 	if body, fence := readDigest(t, pool, "new"); body != "first" || fence != 3 {
 		t.Fatalf("created row = %q at %d; want \"first\" at 3", body, fence)
 	}
-	wantStale(t, created.Write(ctx, pool, "new", 2, sqlfence.Set("body", "stale")), "digests/new", 2, 3, false)
-	if err := created.Write(ctx, pool, "new", 3, sqlfence.Set("body", "second")); err != nil {
+	wantStale(t, created.Write(ctx, pool, "new", 2, sqlfence.Assign("body", "stale")), "digests/new", 2, 3, false)
+	if err := created.Write(ctx, pool, "new", 3, sqlfence.Assign("body", "second")); err != nil {
 		t.Fatalf("write at the stored fence: %v", err)
 	}
 	if body, fence := readDigest(t, pool, "new"); body != "second" || fence != 3 {
@@ -66,7 +66,7 @@ func TestColumnCreate(t *testing.T) {
 	}
 
 	// Without Create nothing is created.
-	if err := digests.Write(ctx, pool, "absent", 1, sqlfence.Set("body", "x")); !errors.Is(err, sqlfence.ErrNotFound) {
+	if err := digests.Write(ctx, pool, "absent", 1, sqlfence.Assign("body", "x")); !errors.Is(err, sqlfence.ErrNotFound) {
 		t.Fatalf("write without Create: %v; want ErrNotFound", err)
 	}
 	if _, err := digests.Floor(ctx, pool, "absent"); !errors.Is(err, sqlfence.ErrNotFound) {
@@ -82,7 +82,7 @@ func TestColumnCreateRefusals(t *testing.T) {
 	pool := newCreateTable(t)
 	ctx := context.Background()
 
-	err := created.Write(ctx, pool, "k", 1, sqlfence.Set("name", "other"))
+	err := created.Write(ctx, pool, "k", 1, sqlfence.Assign("name", "other"))
 	if !errors.Is(err, sqlfence.ErrInvalid) || !strings.Contains(err.Error(), "key column") {
 		t.Fatalf("assigning the key column: %v; want ErrInvalid naming the key column", err)
 	}
@@ -99,7 +99,7 @@ func TestColumnCreateRefusals(t *testing.T) {
 	if err := strict.Claim(ctx, pool, "k", 1); err == nil || !strings.Contains(err.Error(), "body") {
 		t.Fatalf("claim leaving a NOT NULL column empty: %v; want PostgreSQL's not-null error", err)
 	}
-	if err := strict.Write(ctx, pool, "k", 1, sqlfence.Set("body", "b")); err != nil {
+	if err := strict.Write(ctx, pool, "k", 1, sqlfence.Assign("body", "b")); err != nil {
 		t.Fatalf("write assigning the NOT NULL column: %v", err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM loose`) + count(t, pool, `SELECT count(*) FROM digests WHERE name = 'k'`); n != 0 {
@@ -134,7 +134,7 @@ func TestColumnCreateWaitsForUncommittedRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer a.Rollback(ctx) // after a failure; a no-op once committed
-		if err := created.Write(ctx, a, key, 7, sqlfence.Set("body", "a")); err != nil {
+		if err := created.Write(ctx, a, key, 7, sqlfence.Assign("body", "a")); err != nil {
 			t.Fatalf("%s: first session: %v", c.name, err)
 		}
 		conn := pgxConn(t, pool)

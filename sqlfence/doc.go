@@ -14,7 +14,7 @@
 //	// Once per term, before its first write (pgleader's Claim hook):
 //	err := digests.Claim(ctx, pool, "daily", term.Token())
 //	// Every later write:
-//	err = digests.Write(ctx, pool, "daily", term.Token(), sqlfence.Set("body", body))
+//	err = digests.Write(ctx, pool, "daily", term.Token(), sqlfence.Assign("body", body))
 //	if errors.Is(err, sqlfence.ErrFenced) {
 //		return err // a newer term has written: stop
 //	}

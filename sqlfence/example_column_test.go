@@ -24,18 +24,18 @@ func ExampleColumn() {
 
 	// Term 1 claims the row before its first write, then writes.
 	must(digests.Claim(ctx, pool, "daily", 1))
-	must(digests.Write(ctx, pool, "daily", 1, sqlfence.Set("body", "pod-a #1")))
+	must(digests.Write(ctx, pool, "daily", 1, sqlfence.Assign("body", "pod-a #1")))
 
 	// Term 2 begins; term 1, paused past its lease, tries one more write.
 	must(digests.Claim(ctx, pool, "daily", 2))
-	err = digests.Write(ctx, pool, "daily", 1, sqlfence.Set("body", "pod-a #2"))
+	err = digests.Write(ctx, pool, "daily", 1, sqlfence.Assign("body", "pod-a #2"))
 	fmt.Println(err)
 	var stale *sqlfence.StaleError
 	if errors.As(err, &stale) {
 		fmt.Println("term", stale.Token, "must stop; the row is at", stale.Stored)
 	}
 
-	must(digests.Write(ctx, pool, "daily", 2, sqlfence.Set("body", "pod-b #1")))
+	must(digests.Write(ctx, pool, "daily", 2, sqlfence.Assign("body", "pod-b #1")))
 	var body string
 	must(pool.QueryRow(ctx, `SELECT body FROM digests WHERE name = 'daily'`).Scan(&body))
 	floor, err := digests.Floor(ctx, pool, "daily")
@@ -62,9 +62,9 @@ func ExampleColumn_create() {
 	must(err)
 	fmt.Println("floor before the first term:", floor)
 
-	must(digests.Write(ctx, pool, "daily", 1, sqlfence.Set("body", "pod-a #1"))) // inserts the row
-	must(digests.Write(ctx, pool, "daily", 2, sqlfence.Set("body", "pod-b #1"))) // updates it
-	fmt.Println(digests.Write(ctx, pool, "daily", 1, sqlfence.Set("body", "pod-a #2")))
+	must(digests.Write(ctx, pool, "daily", 1, sqlfence.Assign("body", "pod-a #1"))) // inserts the row
+	must(digests.Write(ctx, pool, "daily", 2, sqlfence.Assign("body", "pod-b #1"))) // updates it
+	fmt.Println(digests.Write(ctx, pool, "daily", 1, sqlfence.Assign("body", "pod-a #2")))
 
 	var body string
 	must(pool.QueryRow(ctx, `SELECT body FROM digests WHERE name = 'daily'`).Scan(&body))

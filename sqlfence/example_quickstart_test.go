@@ -26,7 +26,7 @@ func quickStart(ctx context.Context, pool *pgxpool.Pool, render func() string) e
 	el, err := pgleader.New(pgleader.NewPostgres(pool), pgleader.Spec{Key: "digest-publisher", RequireFenceAdvance: true},
 		pgleader.Options{Claim: daily.Claim, FenceFloor: daily.Floor, Lead: func(ctx context.Context, t *pgleader.Term) error {
 			for t.Live() {
-				if err := daily.Write(ctx, t, sqlfence.Set("body", render())); err != nil {
+				if err := daily.Write(ctx, t, sqlfence.Assign("body", render())); err != nil {
 					return err // a newer term has written (sqlfence.ErrFenced): this one stops
 				}
 				t.Wait(time.Minute) // or until the term ends

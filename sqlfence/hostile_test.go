@@ -55,10 +55,10 @@ func TestHostileIdentifiers(t *testing.T) {
 		t.Fatal(err)
 	}
 	value := `"; DROP TABLE x; -- ☃`
-	if err := c.Write(ctx, db.Pool, hostileKey, 2, sqlfence.Set(body, value)); err != nil {
+	if err := c.Write(ctx, db.Pool, hostileKey, 2, sqlfence.Assign(body, value)); err != nil {
 		t.Fatal(err)
 	}
-	wantStale(t, c.Write(ctx, db.Pool, hostileKey, 1, sqlfence.Set(body, "stale")), schema+"."+table+"/"+hostileKey, 1, 2, false)
+	wantStale(t, c.Write(ctx, db.Pool, hostileKey, 1, sqlfence.Assign(body, "stale")), schema+"."+table+"/"+hostileKey, 1, 2, false)
 	if floor, err := c.Floor(ctx, db.Pool, hostileKey); err != nil || floor != 2 {
 		t.Fatalf("floor = %d, %v; want 2", floor, err)
 	}

@@ -57,9 +57,9 @@ func TestBadInput(t *testing.T) {
 		{"invalid UTF-8 identifier", with(func(c *sqlfence.Column) { c.KeyColumn = "\xff" }).Claim(ctx, db, "k", 1), "valid UTF-8"},
 		{"column token 0", ok.Claim(ctx, db, "k", 0), "token must be positive, got 0"},
 		{"column token -1", ok.Write(ctx, db, "k", -1), "token must be positive, got -1"},
-		{"set empty column", ok.Write(ctx, db, "k", 1, sqlfence.Set("", 1)), "column must not be empty"},
-		{"set fence column", ok.Write(ctx, db, "k", 1, sqlfence.Set("fence", 1)), "fence column"},
-		{"set twice", ok.Write(ctx, db, "k", 1, sqlfence.Set("body", 1), sqlfence.Set("body", 2)), "assigned twice"},
+		{"set empty column", ok.Write(ctx, db, "k", 1, sqlfence.Assign("", 1)), "column must not be empty"},
+		{"set fence column", ok.Write(ctx, db, "k", 1, sqlfence.Assign("fence", 1)), "fence column"},
+		{"set twice", ok.Write(ctx, db, "k", 1, sqlfence.Assign("body", 1), sqlfence.Assign("body", 2)), "assigned twice"},
 		{"floor empty key column", func() error {
 			_, err := with(func(c *sqlfence.Column) { c.KeyColumn = "" }).Floor(ctx, db, "k")
 			return err

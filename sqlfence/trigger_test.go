@@ -67,7 +67,7 @@ func TestTriggerRefusesLowerFence(t *testing.T) {
 		t.Fatalf("row = %q, %d", body, fence)
 	}
 	// The column fence never trips it.
-	if err := digests.Write(ctx, db.Pool, "daily", 6, sqlfence.Set("body", "via Column")); err != nil {
+	if err := digests.Write(ctx, db.Pool, "daily", 6, sqlfence.Assign("body", "via Column")); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -84,7 +84,7 @@ func runAPIChild(args []string) error {
 		FenceFloor: func(ctx context.Context) (int64, error) { return digests.Floor(ctx, pool, key) },
 		Lead: func(ctx context.Context, t *pgleader.Term) error {
 			report(evLead)
-			if err := digests.Write(ctx, pool, key, t.Token(), sqlfence.Set("body", owner)); err != nil {
+			if err := digests.Write(ctx, pool, key, t.Token(), sqlfence.Assign("body", owner)); err != nil {
 				return err
 			}
 			report(evWrote)

@@ -48,7 +48,7 @@ func (b *bench) fenceTable(ctx context.Context) error {
 		op   func() error
 	}{
 		{"plain UPDATE", func() error { _, err := pool.Exec(ctx, update, n); return err }},
-		{"column fence (Column.Write)", func() error { return column.Write(ctx, pool, 1, token, sqlfence.Set("v", n)) }},
+		{"column fence (Column.Write)", func() error { return column.Write(ctx, pool, 1, token, sqlfence.Assign("v", n)) }},
 		{"fenced transaction (Guard.Write)", func() error {
 			return guard.Write(ctx, pool, token, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, update, n); return err })
 		}},

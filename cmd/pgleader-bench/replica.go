@@ -151,7 +151,7 @@ func (r *replica) floor(ctx context.Context) (int64, error) {
 // ends.
 func (r *replica) lead(ctx context.Context, t *pgleader.Term) error {
 	offer(r.bodyAt, time.Now())
-	if err := digests.Write(ctx, r.pool, r.key, t.Token(), sqlfence.Set("body", r.owner)); err != nil {
+	if err := digests.Write(ctx, r.pool, r.key, t.Token(), sqlfence.Assign("body", r.owner)); err != nil {
 		return err
 	}
 	offer(r.firstWrite, time.Now())

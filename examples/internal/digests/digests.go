@@ -92,7 +92,7 @@ func (s Store) Floor(ctx context.Context) (int64, error) {
 func (s Store) Publish(ctx context.Context, token int64, seq int, owner string) error {
 	return pgx.BeginFunc(ctx, s.DB, func(tx pgx.Tx) error {
 		body := fmt.Sprintf("%s #%d", owner, seq)
-		if err := column.Write(ctx, tx, s.Name, token, sqlfence.Set("body", body)); err != nil {
+		if err := column.Write(ctx, tx, s.Name, token, sqlfence.Assign("body", body)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO published (name, token, seq, owner) VALUES ($1, $2, $3, $4)`,
