@@ -279,7 +279,7 @@ func (b *bench) handoverTable(ctx context.Context, rtt, idleRTT time.Duration, c
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
-		if m.handOff && !m.aged {
+		if m.handOff && !m.aged && !m.ctxOnly {
 			handA, handB = a, w
 		}
 		stepsOf[m.name] = st
