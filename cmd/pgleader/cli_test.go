@@ -48,6 +48,8 @@ func TestCLI(t *testing.T) {
 		{"ResignTokenGiven", testResignTokenGiven},
 		{"Transfer", testTransfer},
 		{"AppRole", testAppRole},
+		{"Version", testVersion},
+		{"Help", testHelp},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -115,7 +117,16 @@ func testUsage(t *testing.T, bin string) {
 		{[]string{"run", "--key", "k", "--", "/no/such/command"}, 127, "no such file"},
 		{[]string{"run", "--key", "k", "--", "true"}, 2, "no database"},
 		{[]string{"--help"}, 0, ""},
+		{[]string{"help"}, 0, ""},
 		{[]string{"run", "-h"}, 0, "Usage: pgleader run"},
+		{[]string{"help", "run"}, 0, "Usage: pgleader run"},
+		{[]string{"help", "version"}, 0, "Usage: pgleader version"},
+		{[]string{"help", "frobnicate"}, 2, `unknown command "frobnicate" (want migrate, status, advance, resign, transfer, grant, run or version)`},
+		{[]string{"help", "run", "status"}, 2, "help takes at most one COMMAND"},
+		{[]string{"help-flags", "x"}, 2, "help-flags takes no arguments"},
+		{[]string{"version", "x"}, 2, `version: takes no arguments, got ["x"]`},
+		{[]string{"version", "--database", ""}, 2, "--database was given an empty value"},
+		{[]string{"version", "--database", "postgres://%zz"}, 2, "--database:"},
 	} {
 		code, _, stderr := runCLI(t, bin, nil, tc.args...)
 		if code != tc.status || !strings.Contains(stderr, tc.stderr) {

@@ -1,50 +1,72 @@
 //go:build unix
 
-package main_test
+package main
 
 import (
-	"go/ast"
+	"errors"
+	"flag"
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 )
 
-// TestCommandsListedAlike: the package doc, the usage that -h prints and
-// docs/cli.md each list every command once, in the same order, and the
-// package doc's synopsis of each is the usage's less [--database URL]. The
-// lists are written by hand in three places; this keeps them from drifting.
+// TestCommandsListedAlike: the package doc, the help and docs/cli.md each
+// list every command once, in the order of the commands table, and the
+// package doc's synopsis of each is the first line of the command's own
+// usage less [--database URL]. The package doc and docs/cli.md are written
+// by hand; this keeps them from drifting from the code.
 func TestCommandsListedAlike(t *testing.T) {
 	t.Parallel()
-	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, parser.ParseComments)
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, parser.PackageClauseOnly|parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.Doc == nil {
 		t.Fatal("main.go has no package doc")
 	}
-	usage := constString(t, f, "mainUsage")
-
-	// The doc's synopsis lines are indented by a tab ("//\tpgleader ..."),
-	// the usage's by two spaces.
+	// The doc's synopsis lines are indented by a tab ("//\tpgleader ...").
 	doc := synopses(f.Doc.Text(), "\tpgleader ")
-	use := synopses(usage, "  pgleader ")
-	for i := range use {
-		use[i] = strings.Join(strings.Fields(strings.Replace(use[i], "[--database URL]", "", 1)), " ")
+	var use, names []string
+	for _, c := range commands {
+		names = append(names, c.name)
+		first, _, _ := strings.Cut(commandUsage(t, c), "\n")
+		s, ok := strings.CutPrefix(first, "Usage: pgleader ")
+		if !ok {
+			t.Errorf("%s -h begins %q, want \"Usage: pgleader %s ...\"", c.name, first, c.name)
+		}
+		use = append(use, strings.Join(strings.Fields(strings.Replace(s, "[--database URL]", "", 1)), " "))
+	}
+	if len(names) == 0 {
+		t.Fatal("no commands")
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(names)))) != len(names) {
+		t.Errorf("a command is in the table twice: %q", names)
 	}
 	for i := range doc {
 		doc[i] = strings.Join(strings.Fields(doc[i]), " ")
 	}
-	if len(use) == 0 {
-		t.Fatal("found no command in mainUsage")
-	}
 	if !slices.Equal(doc, use) {
-		t.Errorf("the package doc lists\n\t%s\nbut the usage (less [--database URL]) lists\n\t%s",
+		t.Errorf("the package doc lists\n\t%s\nbut the commands' usages (less [--database URL]) say\n\t%s",
 			strings.Join(doc, "\n\t"), strings.Join(use, "\n\t"))
+	}
+
+	// The help: a line of purpose per command, in the table's order.
+	var helped []string
+	for _, m := range regexp.MustCompile(`(?m)^  ([a-z-]+) +(\S.*)$`).FindAllStringSubmatch(mainUsage(), -1) {
+		helped = append(helped, m[1])
+	}
+	if want := append(slices.Clone(names), "help"); !slices.Equal(helped, want) {
+		t.Errorf("the help lists %q, want %q", helped, want)
+	}
+	for _, c := range commands {
+		if c.purpose == "" || strings.Contains(c.purpose, "\n") || len(c.purpose) > 70 {
+			t.Errorf("%s's purpose %q is not one line of at most 70 characters", c.name, c.purpose)
+		}
 	}
 
 	md, err := os.ReadFile("../../docs/cli.md")
@@ -55,42 +77,29 @@ func TestCommandsListedAlike(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^## `pgleader ([a-z]+)").FindAllStringSubmatch(string(md), -1) {
 		sections = append(sections, m[1])
 	}
-	if want := names(use); !slices.Equal(sections, want) {
-		t.Errorf("docs/cli.md has sections for %q, want one for each command of the usage, in its order: %q", sections, want)
-	}
-	if n := names(use); len(slices.Compact(slices.Sorted(slices.Values(n)))) != len(n) {
-		t.Errorf("the usage lists a command twice: %q", n)
+	if !slices.Equal(sections, names) {
+		t.Errorf("docs/cli.md has sections for %q, want one for each command, in the help's order: %q", sections, names)
 	}
 }
 
-// constString returns the value of the string constant name declared in f.
-func constString(t *testing.T, f *ast.File, name string) string {
+// commandUsage returns what 'pgleader NAME -h' prints, and checks that it
+// stops there.
+func commandUsage(t *testing.T, c command) string {
 	t.Helper()
-	for _, d := range f.Decls {
-		gd, ok := d.(*ast.GenDecl)
-		if !ok || gd.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range gd.Specs {
-			vs := spec.(*ast.ValueSpec)
-			for i, id := range vs.Names {
-				if id.Name != name || i >= len(vs.Values) {
-					continue
-				}
-				lit, ok := vs.Values[i].(*ast.BasicLit)
-				if !ok || lit.Kind != token.STRING {
-					t.Fatalf("%s is not a string literal", name)
-				}
-				s, err := strconv.Unquote(lit.Value)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
-			}
-		}
+	name := filepath.Join(t.TempDir(), "usage")
+	out, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no constant %s in main.go", name)
-	return ""
+	defer out.Close()
+	if err := c.run([]string{"-h"}, out, out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("%s -h returned %v, want flag.ErrHelp", c.name, err)
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // synopses returns what follows "pgleader " on each line of text that
@@ -105,11 +114,29 @@ func synopses(text, prefix string) []string {
 	return out
 }
 
-// names returns the command name, the first word, of each synopsis.
-func names(synopses []string) []string {
-	out := make([]string, len(synopses))
-	for i, s := range synopses {
-		out[i], _, _ = strings.Cut(s, " ")
+// TestHelpFlags: help-flags prints, for each command, the flags its -h
+// lists. Not parallel: help-flags sets flagSetMade, which every command
+// reads.
+func TestHelpFlags(t *testing.T) {
+	var b strings.Builder
+	if err := helpFlags(nil, &b); err != nil {
+		t.Fatal(err)
 	}
-	return out
+	var want strings.Builder
+	for _, c := range commands {
+		line := []string{c.name}
+		for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(commandUsage(t, c), -1) {
+			line = append(line, m[1])
+		}
+		if len(line) == 1 {
+			t.Errorf("%s -h lists no flag", c.name)
+		}
+		want.WriteString(strings.Join(line, " ") + "\n")
+	}
+	if b.String() != want.String() {
+		t.Errorf("help-flags prints\n%s\nwant what -h lists:\n%s", b.String(), want.String())
+	}
+	if flagSetMade != nil {
+		t.Error("help-flags left flagSetMade set")
+	}
 }

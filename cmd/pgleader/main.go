@@ -3,8 +3,9 @@
 // Command pgleader operates pgleader leases from the shell: it applies the
 // schema, shows the leases, advances a key's token counter, asks a leader to
 // resign or to hand off to a chosen replica, grants a role what an
-// application needs, and runs a command as a singleton, only while this
-// replica holds the key's lease.
+// application needs, runs a command as a singleton, only while this
+// replica holds the key's lease, and says which version it is and which
+// schema version it and the database have.
 //
 //	pgleader migrate  [--yes] up|down|version|to VERSION
 //	pgleader status   [KEY]
@@ -13,8 +14,11 @@
 //	pgleader transfer KEY OWNER
 //	pgleader grant    [--steer] ROLE
 //	pgleader run      --key KEY [flags] -- COMMAND [ARG...]
+//	pgleader version
 //
-// Every command takes --database URL, or reads DATABASE_URL. Exit status: 0
+// Every command takes --database URL, or reads DATABASE_URL; version needs
+// no database, and reads one if given. 'pgleader help' lists the commands,
+// 'pgleader help COMMAND' a command's usage and flags. Exit status: 0
 // on success, 1 on an error, 2 on bad usage; run passes its command's status
 // through (see docs/cli.md for the whole contract, the signals and the
 // process-group handling).
@@ -36,20 +40,48 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-const mainUsage = `pgleader runs a command on exactly one replica at a time, with the lease in PostgreSQL.
+// A command is one of pgleader's commands: its name, the line the help
+// gives its purpose, and what runs it.
+type command struct {
+	name    string
+	purpose string
+	run     func(args []string, stdout, stderr *os.File) error
+}
 
-Usage:
-  pgleader migrate  [--database URL] [--yes] up|down|version|to VERSION
-  pgleader status   [--database URL] [KEY]
-  pgleader advance  [--database URL] KEY FLOOR
-  pgleader resign   [--database URL] [--token N] KEY
-  pgleader transfer [--database URL] KEY OWNER
-  pgleader grant    [--database URL] [--steer] ROLE
-  pgleader run      [--database URL] --key KEY [flags] -- COMMAND [ARG...]
+// commands are pgleader's commands, in the order the help lists them.
+var commands = []command{
+	{"migrate", "apply, revert or show pgleader's schema in the database", writers(cmdMigrate)},
+	{"status", "show the leases, a key's candidates, or a set's members and keys", writers(cmdStatus)},
+	{"advance", "raise a free key's token counter, after the lease data was lost", writers(cmdAdvance)},
+	{"resign", "ask the term holding a key to end", writers(cmdResign)},
+	{"transfer", "ask the term holding a key to hand it to a waiting replica", writers(cmdTransfer)},
+	{"grant", "give a role what an application (or, --steer, an operator) needs", writers(cmdGrant)},
+	{"run", "run a command only while this replica holds a key's lease", func(args []string, _, stderr *os.File) error {
+		return cmdRun(args, stderr)
+	}},
+	{"version", "print this pgleader's version and schema version, and the database's", writers(cmdVersion)},
+}
 
-The database is --database, or else $DATABASE_URL.
-Run 'pgleader COMMAND -h' for the flags of a command.
-`
+// writers adapts a command that writes to any io.Writer.
+func writers(f func(args []string, stdout, stderr io.Writer) error) func([]string, *os.File, *os.File) error {
+	return func(args []string, stdout, stderr *os.File) error { return f(args, stdout, stderr) }
+}
+
+// mainUsage is what 'pgleader -h' prints: a line of purpose per command.
+func mainUsage() string {
+	var b strings.Builder
+	b.WriteString("pgleader runs a command on exactly one replica at a time, with the lease in PostgreSQL.\n\n")
+	b.WriteString("Usage: pgleader COMMAND [flags] [ARG...]\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.purpose)
+	}
+	fmt.Fprintf(&b, "  %-9s %s\n", "help", "print this help, or with COMMAND the command's usage and flags")
+	b.WriteString(`
+The database is --database URL, or else $DATABASE_URL (version runs without).
+Run 'pgleader COMMAND -h' for the usage and flags of a command.
+`)
+	return b.String()
+}
 
 func main() {
 	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
@@ -83,30 +115,82 @@ func cli(args []string, stdout, stderr *os.File) int {
 
 func dispatch(args []string, stdout, stderr *os.File) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, mainUsage)
+		fmt.Fprint(stderr, mainUsage())
 		return &usageError{err: errors.New("no command given")}
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, mainUsage)
+	name, rest := args[0], args[1:]
+	switch name {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, mainUsage())
 		return nil
-	case "migrate":
-		return cmdMigrate(rest, stdout, stderr)
-	case "status":
-		return cmdStatus(rest, stdout, stderr)
-	case "advance":
-		return cmdAdvance(rest, stdout, stderr)
-	case "grant":
-		return cmdGrant(rest, stdout, stderr)
-	case "resign":
-		return cmdResign(rest, stdout, stderr)
-	case "transfer":
-		return cmdTransfer(rest, stdout, stderr)
-	case "run":
-		return cmdRun(rest, stderr)
+	case "help":
+		switch len(rest) {
+		case 0:
+			fmt.Fprint(stdout, mainUsage())
+			return nil
+		case 1:
+			if c, ok := lookup(rest[0]); ok {
+				return c.run([]string{"-h"}, stdout, stderr)
+			}
+			return unknownCommand(rest[0])
+		}
+		return &usageError{err: fmt.Errorf("help takes at most one COMMAND, got %d arguments", len(rest))}
+	case "help-flags":
+		return helpFlags(rest, stdout)
 	}
-	return &usageError{err: fmt.Errorf("unknown command %q (want migrate, status, advance, resign, transfer, grant or run)", cmd)}
+	if c, ok := lookup(name); ok {
+		return c.run(rest, stdout, stderr)
+	}
+	return unknownCommand(name)
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func unknownCommand(name string) error {
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	return &usageError{err: fmt.Errorf("unknown command %q (want %s or %s)", name,
+		strings.Join(names[:len(names)-1], ", "), names[len(names)-1])}
+}
+
+// flagSetMade, when set, is called with each flag set newFlagSet makes: the
+// hidden command help-flags learns each command's flags through it.
+var flagSetMade func(*flag.FlagSet)
+
+// helpFlags is the hidden command help-flags: for each command, a line of
+// its name and the names of its flags, for the check that the documentation
+// names no flag the commands lack (internal/docscheck). Each command is run
+// with -h, which defines its flags and returns before it does anything.
+func helpFlags(args []string, stdout io.Writer) error {
+	if len(args) != 0 {
+		return &usageError{err: errors.New("help-flags takes no arguments")}
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	defer func() { flagSetMade = nil }()
+	for _, c := range commands {
+		var fs *flag.FlagSet
+		flagSetMade = func(f *flag.FlagSet) { fs = f }
+		if err := c.run([]string{"-h"}, null, null); !errors.Is(err, flag.ErrHelp) || fs == nil {
+			return fmt.Errorf("help-flags: %s -h made no flag set or did not stop for help: %v", c.name, err)
+		}
+		line := []string{c.name}
+		fs.VisitAll(func(f *flag.Flag) { line = append(line, f.Name) })
+		fmt.Fprintln(stdout, strings.Join(line, " "))
+	}
+	return nil
 }
 
 // usageError is bad usage: the process exits 2 and points to the help.
@@ -137,6 +221,9 @@ func newFlagSet(cmd, usage string, stderr io.Writer) *flag.FlagSet {
 		fmt.Fprint(stderr, usage)
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
+	}
+	if flagSetMade != nil {
+		flagSetMade(fs)
 	}
 	return fs
 }

@@ -93,10 +93,15 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if dirty {
-		return fmt.Errorf("migrate: version %d is dirty: its migration failed half-way; repair the schema by hand, then force the version with the golang-migrate CLI (table %s)",
-			version, migrations.HistoryTable)
+		return fmt.Errorf("migrate: %w", dirtyError(version))
 	}
 	return nil
+}
+
+// dirtyError says that version's migration failed half-way, and what to do.
+func dirtyError(version uint) error {
+	return fmt.Errorf("version %d is dirty: its migration failed half-way; repair the schema by hand, then force the version with the golang-migrate CLI (table %s)",
+		version, migrations.HistoryTable)
 }
 
 // shippedList is the versions this pgleader ships, as "1, 14".
