@@ -14,12 +14,16 @@ VERSIONS  ?= 13 14 15 16 17 18
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# internal/cmd/testsum reads the tests' go test -json, prints go test's usual
+# output, then the failed and the skipped tests (with t.Skip's reason), and
+# exits with the status of its sh -c.
 .PHONY: test
-test: ## Vet, then run every test of both modules under the race detector (finds or starts PostgreSQL; see README).
+test: ## Vet, then run every test of both modules under the race detector (finds or starts PostgreSQL; see README); ends with the skipped tests and why.
 	$(GO) vet ./...
 	cd $(OTEL_DIR) && $(GO) vet ./...
-	$(GO) run ./internal/embedpg/withpg -if-needed -- $(GO) test -race -count=1 -timeout 9m ./...
-	cd $(OTEL_DIR) && $(GO) test -race -count=1 ./...
+	$(GO) run ./internal/cmd/testsum -- sh -c '\
+	  $(GO) run ./internal/embedpg/withpg -if-needed -- $(GO) test -json -race -count=1 -timeout 9m ./... && \
+	  cd $(OTEL_DIR) && $(GO) test -json -race -count=1 ./...'
 
 .PHONY: test-versions
 test-versions: ## Run the PostgreSQL-facing tests on a throwaway server of each major in VERSIONS (13-18).
