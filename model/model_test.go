@@ -602,7 +602,7 @@ func TestHandOffMatchesGo(t *testing.T) {
 			"c.lastToken = lease.Token",
 			"case won && lease.Token <= c.lastToken:",
 			"c.handedOff = e.release(ctx, e.log.With(\"token\", lease.Token), lease.Token, true)",
-			"m, act := lifecycle.Start(e.spec.timing(), sent, bound, time.Now())",
+			"m, act := lifecycle.Start(tm, sent, bound, time.Now())",
 			"Keep: e.spec.handOffKeep()",
 			"budget := e.spec.TTL - e.spec.Margin - e.spec.ReleaseTimeout - e.spec.YieldGrace // the yield instant",
 			"if e.handOff && handOff {",
