@@ -82,6 +82,38 @@
 // used exactly as spelled; values (keys, resources, tokens) are always bind
 // parameters.
 //
+// # database/sql
+//
+// The same fences work through database/sql with any PostgreSQL driver
+// (pgx's stdlib, lib/pq), and so from GORM, sqlx, ent or bun, which hand out
+// a *sql.DB or *sql.Tx. They run the same statements and return the same
+// errors; each pgx-typed entry point has a database/sql counterpart:
+//
+//	pgx                            database/sql (db: a *sql.DB, *sql.Tx or *sql.Conn)
+//	Column.Claim(ctx, pool, …)     Column.Claim(ctx, sqlfence.SQL(db), …); likewise Write, Floor, Bind
+//	Guard.Floor, InstallTrigger    the same, on sqlfence.SQL(db)
+//	Guard.ClaimTx, WriteTx         Guard.ClaimSQLTx, WriteSQLTx: in the caller's *sql.Tx
+//	Guard.Claim, Write             Guard.ClaimSQL, WriteSQL: begin, guard, fn(*sql.Tx), commit
+//	LeaseGuardTx                   LeaseGuardSQLTx: in the caller's *sql.Tx
+//	WithLease                      WithLeaseSQL: begin, guard, fn(*sql.Tx), commit
+//
+// [SQL] adapts any [SQLQuerier] to [Querier]; [SQLBeginner] (a *sql.DB or
+// *sql.Conn) begins the helpers' transactions. A driver's error keeps its
+// own type in the chain (lib/pq's *pq.Error) next to a *pgconn.PgError built
+// from it; a refusal unwraps to that *pgconn.PgError. [FromError] reads
+// refusals from any driver. The pipelined variants need pgx's batches and
+// have no database/sql counterpart.
+//
+//	err := digests.Write(ctx, sqlfence.SQL(tx), "daily", token, sqlfence.Assign("body", body))
+//
+//	err = outbox.WriteSQL(ctx, db, token, func(tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, `INSERT INTO outbox (message) VALUES ($1)`, msg)
+//		return err
+//	})
+//
+// With GORM, the *sql.Tx of db.Transaction is tx.Statement.ConnPool
+// (examples/gorm shows it).
+//
 // # Plain SQL
 //
 // Everything the package does is available as SQL functions in the schema

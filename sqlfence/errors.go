@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -68,7 +69,9 @@ type StaleError struct {
 	// Claim reports whether the refused operation was a claim, which needs
 	// Token to be strictly greater than Stored.
 	Claim bool
-	// Err is the underlying error, usually a *pgconn.PgError; may be nil.
+	// Err is the underlying error, usually a *pgconn.PgError (with a
+	// database/sql driver other than pgx's, one built from the driver's
+	// error); may be nil.
 	Err error
 }
 
@@ -94,6 +97,15 @@ func (e *StaleError) Unwrap() error { return e.Err }
 // [ErrLeaseNotHeld]. Any other error, and nil, is returned unchanged. Use it
 // on errors from your own statements on a table with a fence trigger, or
 // from calling the SQL functions directly.
+//
+// It reads the refusal from any driver: pgx's *pgconn.PgError (also through
+// database/sql with pgx's stdlib), lib/pq's *pq.Error, and any other error
+// in err's chain with a method SQLState() string. Of such an error it reads
+// the string fields Message, Detail, Hint, Schema or SchemaName, Table or
+// TableName, and Column or ColumnName where it is a struct that has them (as
+// lib/pq's does); an error with the SQLSTATE alone is read from its text.
+// The refusal's Unwrap then gives a *pgconn.PgError built from the driver's
+// error, whatever the driver.
 func FromError(err error) error {
 	if e := fromPgError(err); e != nil {
 		return e
@@ -103,8 +115,8 @@ func FromError(err error) error {
 
 // fromPgError returns the refusal in err, or nil if err holds none.
 func fromPgError(err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	pgErr := pgError(err)
+	if pgErr == nil {
 		return nil
 	}
 	switch pgErr.Code {
@@ -121,6 +133,90 @@ func fromPgError(err error) error {
 		return &leaseError{pgErr}
 	}
 	return nil
+}
+
+// pgError returns the PostgreSQL error in err's chain as a
+// *pgconn.PgError: pgx's own, or one built from another driver's error
+// with a SQLState method (see [FromError]). It returns nil if err holds
+// neither.
+func pgError(err error) *pgconn.PgError {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr
+	}
+	var coded interface {
+		error
+		SQLState() string
+	}
+	if !errors.As(err, &coded) || coded.SQLState() == "" {
+		return nil
+	}
+	pgErr = &pgconn.PgError{
+		Code:           coded.SQLState(),
+		Severity:       stringField(coded, "Severity"),
+		Message:        stringField(coded, "Message"),
+		Detail:         stringField(coded, "Detail"),
+		Hint:           stringField(coded, "Hint"),
+		SchemaName:     stringField(coded, "SchemaName", "Schema"),
+		TableName:      stringField(coded, "TableName", "Table"),
+		ColumnName:     stringField(coded, "ColumnName", "Column"),
+		ConstraintName: stringField(coded, "ConstraintName", "Constraint"),
+	}
+	if pgErr.Message == "" {
+		// The driver's text, from pgleader's message on if it has one.
+		pgErr.Message = coded.Error()
+		if i := strings.Index(pgErr.Message, "pgleader: "); i >= 0 {
+			pgErr.Message = pgErr.Message[i:]
+		}
+	}
+	return pgErr
+}
+
+// stringField returns the first of the exported string fields names that
+// the struct v, or the struct v points to, has; "" if none.
+func stringField(v any, names ...string) string {
+	rv := reflect.ValueOf(v)
+	for rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Interface {
+		if rv.IsNil() {
+			return ""
+		}
+		rv = rv.Elem()
+	}
+	if rv.Kind() != reflect.Struct {
+		return ""
+	}
+	for _, name := range names {
+		f, ok := rv.Type().FieldByName(name)
+		if ok && f.IsExported() && f.Type.Kind() == reflect.String {
+			return rv.FieldByIndex(f.Index).String()
+		}
+	}
+	return ""
+}
+
+// sqlStateError is a driver's error with a SQLSTATE, other than pgx's,
+// together with the *pgconn.PgError built from it: the package's own error
+// mapping, and a caller's errors.As, find either one.
+type sqlStateError struct {
+	pgErr *pgconn.PgError
+	err   error
+}
+
+func (e *sqlStateError) Error() string { return e.err.Error() }
+
+func (e *sqlStateError) Unwrap() []error { return []error{e.pgErr, e.err} }
+
+// withPgError returns err with a *pgconn.PgError in its chain if it holds
+// another driver's PostgreSQL error, and err unchanged otherwise.
+func withPgError(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || errors.As(err, &pgErr) {
+		return err
+	}
+	if pgErr = pgError(err); pgErr == nil {
+		return err
+	}
+	return &sqlStateError{pgErr: pgErr, err: err}
 }
 
 // leaseError is a refusal of pgleader.lease_guard.
@@ -140,10 +236,36 @@ func staleError(pgErr *pgconn.PgError, resource string) *StaleError {
 	e := &StaleError{Resource: resource, Err: pgErr}
 	kind, rest, _ := strings.Cut(pgErr.Detail, " token ")
 	token, stored, _ := strings.Cut(rest, ", stored fence ")
+	if kind != "claim" && kind != "stale" {
+		// No DETAIL (a driver that gave only the message): the message
+		// says the same, '… claim of token <n> refused, stored fence is
+		// <n>' or '… token <n> is stale, stored fence is <n>'.
+		kind, token, stored = tokensFromMessage(pgErr.Message)
+	}
 	e.Claim = kind == "claim"
 	e.Token, _ = strconv.ParseInt(token, 10, 64) // "NULL" reads as 0
 	e.Stored, _ = strconv.ParseInt(stored, 10, 64)
 	return e
+}
+
+// tokensFromMessage reads a PF001 message as staleError reads its DETAIL.
+func tokensFromMessage(msg string) (kind, token, stored string) {
+	head, rest, ok := strings.Cut(msg, ", stored fence is ")
+	if !ok {
+		return "", "", ""
+	}
+	stored, _, _ = strings.Cut(rest, " ")
+	if before, ok := strings.CutSuffix(head, " refused"); ok {
+		if i := strings.LastIndex(before, "claim of token "); i >= 0 {
+			return "claim", before[i+len("claim of token "):], stored
+		}
+	}
+	if before, ok := strings.CutSuffix(head, " is stale"); ok {
+		if i := strings.LastIndex(before, "token "); i >= 0 {
+			return "stale", before[i+len("token "):], stored
+		}
+	}
+	return "", "", ""
 }
 
 // resourceFromMessage reads the JSON string after "pgleader: resource " in
