@@ -7,6 +7,7 @@ DURATION  ?= 2m
 # cover it too.
 OTEL_DIR  := otelpgleader
 GORM_DIR  := examples/gorm
+LIBPQ_DIR := examples/libpq
 VERSIONS  ?= 13 14 15 16 17 18
 
 .DEFAULT_GOAL := help
@@ -19,13 +20,15 @@ help: ## Show this help.
 # output, then the failed and the skipped tests (with t.Skip's reason), and
 # exits with the status of its sh -c.
 .PHONY: test
-test: ## Vet, then run every test of the three modules (root, otelpgleader, examples/gorm) under the race detector (finds or starts PostgreSQL; see README); ends with the skipped tests and why.
+test: ## Vet, then run every test of the four modules (root, otelpgleader, examples/gorm, examples/libpq) under the race detector (finds or starts PostgreSQL; see README); ends with the skipped tests and why.
 	$(GO) vet ./...
 	cd $(OTEL_DIR) && $(GO) vet ./...
 	cd $(GORM_DIR) && $(GO) vet ./...
+	cd $(LIBPQ_DIR) && $(GO) vet ./...
 	$(GO) run ./internal/cmd/testsum -- sh -c '\
 	  $(GO) run ./internal/embedpg/withpg -if-needed -- sh -c "$(GO) test -json -race -count=1 -timeout 9m ./... && \
-	    cd $(GORM_DIR) && $(GO) test -json -race -count=1 ./..." && \
+	    cd $(GORM_DIR) && $(GO) test -json -race -count=1 ./... && \
+	    cd $(CURDIR)/$(LIBPQ_DIR) && $(GO) test -json -race -count=1 ./..." && \
 	  cd $(OTEL_DIR) && $(GO) test -json -race -count=1 ./...'
 
 .PHONY: test-versions
@@ -41,7 +44,7 @@ compose-test: ## Run docker-compose.yml, stop the leading publisher, check the t
 	@GO="$(GO)" ./scripts/compose-test.sh
 
 .PHONY: lint
-lint: ## gofmt check, go vet and staticcheck, in the three modules.
+lint: ## gofmt check, go vet and staticcheck, in the four modules.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
@@ -49,6 +52,8 @@ lint: ## gofmt check, go vet and staticcheck, in the three modules.
 	cd $(OTEL_DIR) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd $(GORM_DIR) && $(GO) vet ./...
 	cd $(GORM_DIR) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd $(LIBPQ_DIR) && $(GO) vet ./...
+	cd $(LIBPQ_DIR) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 .PHONY: demo
 demo: ## Tell the recipe's story against PostgreSQL (examples/handover; finds a server, see README).
