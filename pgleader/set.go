@@ -162,14 +162,14 @@ func (s *Set) observe(o Observation) {
 // for every key it wins. Backend errors are logged and retried, except one
 // that retrying cannot cure ([Permanent]) before the first tick or campaign
 // is answered: Run returns it. When ctx is cancelled every live term ends
-// as stopped: each body
-// is told at once and cancelled YieldGrace later, each lease is handed to
-// another live member of the set (released, with SetOptions.NoHandOff or
-// when no other member is live) after its body returns (ReleaseTimeout
-// after the cancellation for a body that returned only once cancelled, as
-// for an Elector), and the replica leaves the set's members. Run then
-// returns nil, with no goroutine of its own left running (a [Postgres]
-// backend closes its connections 100 ms later).
+// as stopped: each body is told at once and cancelled YieldGrace later (at
+// once with SetOptions.CancelOnStop), each lease is handed to another live
+// member of the set (released, with SetOptions.NoHandOff or when no other
+// member is live) after its body returns (ReleaseTimeout after the
+// cancellation for a body that returned only once cancelled, as for an
+// Elector), and the replica leaves the set's members. Run then returns nil,
+// with no goroutine of its own left running (a [Postgres] backend closes
+// its connections 100 ms later).
 func (s *Set) Run(ctx context.Context) error {
 	if !s.running.TryLock() {
 		return ErrRunning
