@@ -114,7 +114,8 @@ var ErrRunning = errors.New("pgleader: Run called while the elector is already r
 // cure ([Permanent]: no schema, no grant, a TTL above the database's
 // max_ttl) before the first campaign is answered: Run returns it. When ctx is
 // cancelled, a live term ends as stopped: the body is told at once,
-// cancelled YieldGrace later, and the lease is released within
+// cancelled YieldGrace later (at once with Options.CancelOnStop), and the
+// lease is released within
 // ReleaseTimeout after the body returns (a body that returns only once
 // cancelled is released ReleaseTimeout after the cancellation, and one
 // that returns an error ReleaseTimeout after it returned, since a
