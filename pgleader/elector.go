@@ -112,16 +112,15 @@ var ErrRunning = errors.New("pgleader: Run called while the elector is already r
 // every term it wins. Backend errors are logged and retried with backoff
 // (CampaignEvery, doubling up to TTL/2), except one that retrying cannot
 // cure ([Permanent]: no schema, no grant, a TTL above the database's
-// max_ttl) before the first campaign is answered: Run returns it. When ctx is
-// cancelled, a live term ends as stopped: the body is told at once,
+// max_ttl) before the first campaign is answered: Run returns it. When ctx
+// is cancelled, a live term ends as stopped: the body is told at once,
 // cancelled YieldGrace later (at once with Options.CancelOnStop), and the
-// lease is released within
-// ReleaseTimeout after the body returns (a body that returns only once
-// cancelled is released ReleaseTimeout after the cancellation, and one
-// that returns an error ReleaseTimeout after it returned, since a
-// statement it had sent may not have run yet). Run then returns nil, with
-// no goroutine of its own left running (a [Postgres] backend closes its
-// connections 100 ms later).
+// lease is released within ReleaseTimeout after the body returns (a body
+// that returns only once cancelled is released ReleaseTimeout after the
+// cancellation, and one that returns an error ReleaseTimeout after it
+// returned, since a statement it had sent may not have run yet). Run then
+// returns nil, with no goroutine of its own left running (a [Postgres]
+// backend closes its connections 100 ms later).
 //
 // While another replica leads, Run waits for the lease's expiry as read from
 // the database, and never longer than TTL. With a backend that is a
