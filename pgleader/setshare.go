@@ -15,8 +15,9 @@ import (
 // campaignBudget is the most keys one campaign sends, so that a campaign
 // ends within its deadline however many keys a set has: a larger set takes
 // them in parts. A campaign costs a few microseconds per key sent and about
-// ten per key taken (docs/sets.md); at 100,000 keys over three replicas a
-// survivor of a crash finds most of the dead member's keys in one part.
+// ten per key taken, and takes at most MaxSetTake (docs/sets.md); at
+// 100,000 keys over three replicas a survivor of a crash finds the dead
+// member's keys in the first part, and takes them in two campaigns.
 var campaignBudget = 50000
 
 // A campaign takes free keys (and confirms the terms handed to this
