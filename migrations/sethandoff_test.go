@@ -283,3 +283,34 @@ func TestSetAcquireInParts(t *testing.T) {
 		t.Fatalf("acquire_many won %v with %d rows for x keys; want [x0000 x0001 x0002] and 1002 rows (2 free and 1,000 new)", won, rows)
 	}
 }
+
+// TestGraceKeepsKnownSetTerms: renew_many, a set's tick, follows renew's
+// rule in the grace with its one clock reading (schema 17): a term a
+// minute from its expiry is renewed, one 500 ms from it (max_clock_offset
+// 1 s) is not, and after the grace it is.
+func TestGraceKeepsKnownSetTerms(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	held := acquire(t, db.Pool, "held", "a", "1 minute")
+	near := acquire(t, db.Pool, "near", "a", "1 minute")
+	mustExec(t, db.Pool, `UPDATE pgleader.lease SET expires_at = clock_timestamp() + interval '500 milliseconds' WHERE key = 'near'`)
+	forgetEpoch(t, db)
+	renewed := func() []string {
+		t.Helper()
+		var keys []string
+		if err := db.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(key ORDER BY key), '{}') FROM pgleader.renew_many('a', $1, $2, '1 minute')`,
+			[]string{"held", "near"}, []int64{held.token, near.token}).Scan(&keys); err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	if got := renewed(); !slices.Equal(got, []string{"held"}) {
+		t.Fatalf("renew_many in the grace renewed %v; want [held] (near is within max_clock_offset of its expiry)", got)
+	}
+	endGrace(t, db)
+	mustExec(t, db.Pool, `UPDATE pgleader.lease SET expires_at = clock_timestamp() + interval '30 seconds' WHERE key = 'near'`)
+	if got := renewed(); !slices.Equal(got, []string{"held", "near"}) {
+		t.Fatalf("renew_many after the grace renewed %v; want both", got)
+	}
+}
