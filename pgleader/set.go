@@ -654,14 +654,19 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 	// for paces the next hints, the others the rest: a campaign a tick
 	// asked for just before a stop's hand-offs does not hold back the
 	// confirmation the stop's hint asks for. A flood of forged hints
-	// costs one campaign, or ten that send no key, per CampaignEvery.
+	// costs one sweep of the parts, and ten campaigns that send no key,
+	// per CampaignEvery: those send no part and leave the sweep's count
+	// alone (TestSetForgedHintFlood).
 	pace := s.spec.CampaignEvery
 	if confirming {
 		pace /= 10
 	}
-	if r.idle++; len(won) > 0 || r.idle >= sweep {
+	switch {
+	case confirming: // sent no key: no part of a sweep
+	case len(won) > 0 || r.idle+1 >= sweep:
 		r.idle = 0
-	} else {
+	default:
+		r.idle++
 		pace = 0
 	}
 	if at := time.Now().Add(pace - jitter(pace/10)); byHint {

@@ -267,3 +267,62 @@ func TestSetTicksForSlowCampaign(t *testing.T) {
 		r.stop(t)
 	})
 }
+
+// TestSetForgedHintFlood: hints forged on the set's name every 10 ms, half
+// claiming keys freed and half keys handed, cost a replica at its share at
+// most one sweep of its parts (here 3 parts of 10 keys) and ten campaigns
+// that send no key per CampaignEvery; the set keeps its keys. (With the
+// sweep counting confirmations as parts, every hint cost a campaign.)
+func TestSetForgedHintFlood(t *testing.T) {
+	defer pgleader.SetCampaignBudget(10)()
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		views := []*campaignSizes{{SetBackend: b}, {SetBackend: b}}
+		sets := startReplicas(t, keyNames("k", 60), views[0], views[1])
+		time.Sleep(12 * time.Second)
+		synctest.Wait()
+		if h := held(sets...); h[0] != 30 || h[1] != 30 {
+			t.Fatalf("held %v; want 30 each", h)
+		}
+		spec := sets[0].set.Spec()
+		for _, v := range views {
+			v.mu.Lock()
+			v.sizes = nil
+			v.mu.Unlock()
+		}
+		const flood = 10 * time.Second
+		for i := range int(flood / (10 * time.Millisecond)) {
+			kind := pgleader.EventReleased
+			if i%2 == 1 {
+				kind = pgleader.EventHandedOff
+			}
+			b.Forge(pgleader.Event{Kind: kind, Key: "s"})
+			time.Sleep(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		periods := int(flood/spec.CampaignEvery) + 1 // and one for the flood's edges
+		for i, v := range views {
+			v.mu.Lock()
+			parts, confirms := 0, 0
+			for _, n := range v.sizes {
+				if n > 0 {
+					parts++
+				} else {
+					confirms++
+				}
+			}
+			v.mu.Unlock()
+			if parts > 3*periods || confirms > 10*periods {
+				t.Errorf("replica %d: %d campaigns with keys and %d without in %v of forged hints; want at most %d and %d",
+					i, parts, confirms, flood, 3*periods, 10*periods)
+			}
+			t.Logf("replica %d: %d campaigns with keys, %d without (bounds %d, %d)", i, parts, confirms, 3*periods, 10*periods)
+		}
+		if h := held(sets...); h[0] != 30 || h[1] != 30 {
+			t.Errorf("held %v after the flood; want 30 each", h)
+		}
+		for _, s := range sets {
+			s.stop(t)
+		}
+	})
+}
