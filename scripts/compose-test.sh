@@ -47,6 +47,12 @@ git ls-files -z --cached --others --exclude-standard | tar --null -T - -c | tar 
 (cd "$stage" && "$GO" mod vendor)
 # The stage's own image name, so that the test never replaces a user's.
 sed -i "s|image: pgleader-publisher$|image: $project-publisher|" "$stage/docker-compose.yml"
+# The test reaches PostgreSQL through docker compose exec, never through the
+# host port the file publishes for the demo (55432): a port any other program
+# may hold (CI's throwaway servers take free ports from the same range). Let
+# the engine choose one instead, so that a busy 55432 cannot fail the test.
+grep -q '"127.0.0.1:55432:5432"' "$stage/docker-compose.yml" || fail "docker-compose.yml no longer publishes 127.0.0.1:55432; update this script"
+sed -i 's|"127.0.0.1:55432:5432"|"127.0.0.1::5432"|' "$stage/docker-compose.yml"
 
 sql() { dc exec -T postgres psql --quiet --no-psqlrc --username postgres --dbname pgleader -Atc "$1"; }
 # wait_for SECONDS WHAT QUERY: until QUERY prints something other than "" or "0".
