@@ -37,6 +37,35 @@
 --   constraint fence_token_positive CHECK ((token >= 1))
 --   CREATE UNIQUE INDEX fence_pkey ON pgleader.fence USING btree (resource)
 
+-- table pgleader.job; grants: none
+--   comment pgleader scheduled jobs: a job's schedule, as its runners describe it, and the next instant they will run.
+--   column name text NOT NULL
+--   column schedule text NOT NULL
+--   column next_at timestamp with time zone
+--   column updated_at timestamp with time zone NOT NULL
+--   column role text NOT NULL
+--   constraint job_name_length CHECK (((octet_length(name) >= 1) AND (octet_length(name) <= 200)))
+--   constraint job_pkey PRIMARY KEY (name)
+--   constraint job_schedule_length CHECK (((octet_length(schedule) >= 1) AND (octet_length(schedule) <= 200)))
+--   CREATE UNIQUE INDEX job_pkey ON pgleader.job USING btree (name)
+
+-- table pgleader.job_run; grants: none
+--   comment pgleader scheduled runs: one row per job and scheduled instant, claimed by the term (owner, token) that runs it; state running until it records done or failed.
+--   column job text NOT NULL
+--   column instant timestamp with time zone NOT NULL
+--   column state text NOT NULL
+--   column owner text NOT NULL
+--   column token bigint NOT NULL
+--   column attempt integer NOT NULL DEFAULT 1
+--   column started_at timestamp with time zone NOT NULL
+--   column finished_at timestamp with time zone
+--   column error text
+--   constraint job_run_attempt CHECK ((attempt >= 1))
+--   constraint job_run_error_length CHECK (((error IS NULL) OR (octet_length(error) <= 1024)))
+--   constraint job_run_pkey PRIMARY KEY (job, instant)
+--   constraint job_run_state CHECK ((state = ANY (ARRAY['running'::text, 'done'::text, 'failed'::text])))
+--   CREATE UNIQUE INDEX job_run_pkey ON pgleader.job_run USING btree (job, instant)
+
 -- table pgleader.lease WITH (fillfactor=50); grants: none
 --   comment pgleader leases: one row per key; token is the key's fencing counter and never decreases.
 --   column key text NOT NULL
@@ -120,6 +149,7 @@ AS $function$
        AND p.proname = ANY (ARRAY[
            'acquire', 'acquire_many', 'advance', 'campaign', 'candidates', 'fence_claim', 'fence_floor',
            'fence_trigger', 'fence_write', 'grace', 'hand_off', 'hint_handoff', 'holds', 'install_fence_trigger',
+           'job_claim', 'job_finish', 'job_runs', 'job_schedule', 'job_status',
            'lease', 'lease_guard', 'leases', 'notify', 'release', 'release_many', 'renew', 'renew_many',
            'renew_term', 'resign', 'set_acquire', 'set_release', 'set_renew', 'set_status', 'set_tick',
            'take', 'transfer', 'withdraw'])
@@ -1137,6 +1167,156 @@ BEGIN
         trg, p_table, p_column, p_column, p_column, p_column);
     RETURN trg;
 END
+$function$;
+
+-- function pgleader.job_claim(text,timestamp with time zone,text,bigint,timestamp with time zone,text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.job_claim(p_job text, p_instant timestamp with time zone, p_owner text, p_token bigint, p_retry_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_fence text DEFAULT NULL::text)
+ RETURNS TABLE(outcome text, db_now timestamp with time zone, state text, owner text, token bigint, attempt integer, started_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := clock_timestamp();
+    r pgleader.job_run;
+    result text;
+BEGIN
+    PERFORM pgleader._check_args(p_job, p_owner, NULL, true, false);
+    IF p_instant IS NULL OR p_token IS NULL THEN
+        RAISE EXCEPTION 'pgleader: instant and token must not be NULL' USING ERRCODE = '22023';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgleader.lease AS l
+                    WHERE l.key = p_job AND l.holder = p_owner AND l.token = p_token
+                      AND NOT l.handed_off AND l.expires_at > t) THEN
+        RETURN QUERY SELECT 'lost'::text, t, NULL::text, NULL::text, NULL::bigint, NULL::integer, NULL::timestamptz;
+        RETURN;
+    END IF;
+    IF t < p_instant THEN
+        RETURN QUERY SELECT 'early'::text, t, NULL::text, NULL::text, NULL::bigint, NULL::integer, NULL::timestamptz;
+        RETURN;
+    END IF;
+    INSERT INTO pgleader.job_run AS jr (job, instant, state, owner, token, attempt, started_at)
+    VALUES (p_job, p_instant, 'running', p_owner, p_token, 1, t)
+    ON CONFLICT (job, instant) DO NOTHING
+    RETURNING * INTO r;
+    IF FOUND THEN
+        result := 'run';
+    ELSE
+        SELECT * INTO r FROM pgleader.job_run AS jr WHERE jr.job = p_job AND jr.instant = p_instant FOR UPDATE;
+        IF r.state = 'running' AND r.token = p_token AND r.owner = p_owner THEN
+            result := 'run';
+        ELSIF r.state = 'running' AND r.token < p_token AND p_retry_until IS NOT NULL AND t <= p_retry_until THEN
+            UPDATE pgleader.job_run AS jr
+               SET owner = p_owner, token = p_token, attempt = jr.attempt + 1, started_at = t
+             WHERE jr.job = p_job AND jr.instant = p_instant
+            RETURNING * INTO r;
+            result := 'retry';
+        ELSE
+            result := 'skip';
+        END IF;
+    END IF;
+    IF result IN ('run', 'retry') AND p_fence IS NOT NULL THEN
+        PERFORM pgleader._fence_take(p_fence, p_token, false);
+    END IF;
+    RETURN QUERY SELECT result, t, r.state, r.owner, r.token, r.attempt, r.started_at;
+END
+$function$;
+
+-- function pgleader.job_finish(text,timestamp with time zone,text,bigint,boolean,text,integer); grants: none
+CREATE OR REPLACE FUNCTION pgleader.job_finish(p_job text, p_instant timestamp with time zone, p_owner text, p_token bigint, p_ok boolean, p_error text DEFAULT NULL::text, p_keep integer DEFAULT 1000)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    oldest timestamptz;
+BEGIN
+    PERFORM pgleader._check_args(p_job, p_owner, NULL, true, false);
+    IF p_keep IS NULL OR p_keep < 1 THEN
+        RAISE EXCEPTION 'pgleader: keep must be at least 1, got %', p_keep USING ERRCODE = '22023';
+    END IF;
+    UPDATE pgleader.job_run AS jr
+       SET state = CASE WHEN p_ok THEN 'done' ELSE 'failed' END,
+           finished_at = clock_timestamp(),
+           error = CASE WHEN p_ok THEN NULL
+                        ELSE left(coalesce(p_error, 'failed'), 256) END
+     WHERE jr.job = p_job AND jr.instant = p_instant AND jr.owner = p_owner AND jr.token = p_token
+       AND jr.state = 'running';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT jr.instant INTO oldest FROM pgleader.job_run AS jr
+     WHERE jr.job = p_job ORDER BY jr.instant DESC OFFSET p_keep - 1 LIMIT 1;
+    IF oldest IS NOT NULL THEN
+        DELETE FROM pgleader.job_run AS jr WHERE jr.job = p_job AND jr.instant < oldest;
+    END IF;
+    RETURN true;
+END
+$function$;
+
+-- function pgleader.job_runs(text,integer); grants: none
+CREATE OR REPLACE FUNCTION pgleader.job_runs(p_job text, p_limit integer DEFAULT 100)
+ RETURNS TABLE(instant timestamp with time zone, state text, owner text, token bigint, attempt integer, started_at timestamp with time zone, finished_at timestamp with time zone, error text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT jr.instant, jr.state, jr.owner, jr.token, jr.attempt, jr.started_at, jr.finished_at, jr.error
+      FROM pgleader.job_run AS jr
+     WHERE jr.job = p_job
+     ORDER BY jr.instant DESC
+     LIMIT greatest(p_limit, 0)
+$function$;
+
+-- function pgleader.job_schedule(text,text,timestamp with time zone); grants: none
+CREATE OR REPLACE FUNCTION pgleader.job_schedule(p_job text, p_schedule text, p_next timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    t timestamptz := clock_timestamp();
+    rl text;
+BEGIN
+    PERFORM pgleader._check_args(p_job, NULL, NULL, false, false);
+    IF p_schedule IS NULL OR p_schedule = '' OR octet_length(p_schedule) > 200 THEN
+        RAISE EXCEPTION 'pgleader: a job''s schedule must be 1 to 200 bytes' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pgleader.job AS j (name, schedule, next_at, updated_at, role)
+    VALUES (p_job, p_schedule, p_next, t, pgleader._caller())
+    ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+        RETURN t;
+    END IF;
+    SELECT j.role INTO rl FROM pgleader.job AS j WHERE j.name = p_job;
+    IF NOT pgleader._own(rl, false) THEN
+        PERFORM pgleader._refuse('schedule it', 'job ' || to_json(p_job)::text, rl);
+    END IF;
+    UPDATE pgleader.job AS j
+       SET schedule = p_schedule, next_at = p_next, updated_at = t
+     WHERE j.name = p_job
+       AND (j.schedule IS DISTINCT FROM p_schedule OR j.next_at IS DISTINCT FROM p_next);
+    RETURN t;
+END
+$function$;
+
+-- function pgleader.job_status(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.job_status(p_job text DEFAULT NULL::text)
+ RETURNS TABLE(job text, schedule text, next_at timestamp with time zone, role text, instant timestamp with time zone, state text, owner text, token bigint, attempt integer, started_at timestamp with time zone, finished_at timestamp with time zone, error text, db_now timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT j.name, j.schedule, j.next_at, j.role, r.instant, r.state, r.owner, r.token, r.attempt,
+           r.started_at, r.finished_at, r.error, clock_timestamp()
+      FROM pgleader.job AS j
+      LEFT JOIN LATERAL (SELECT * FROM pgleader.job_run AS jr
+                          WHERE jr.job = j.name ORDER BY jr.instant DESC LIMIT 1) AS r ON true
+     WHERE p_job IS NULL OR j.name = p_job
+     ORDER BY j.name
 $function$;
 
 -- function pgleader.lease(text); grants: none

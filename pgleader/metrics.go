@@ -25,6 +25,14 @@ const (
 	// ObserveClaimRefused: the Claim hook refused the term's token, or
 	// failed (Err).
 	ObserveClaimRefused
+	// ObserveJobRun: a scheduled run of a job ([RunJob]) ran here and
+	// ended, at Instant, after Took; Err is the job function's error (nil:
+	// done).
+	ObserveJobRun
+	// ObserveJobSkipped: this runner did not run the job's Instant: another
+	// runner ran it or runs it, or (Missed) no runner reached it in time,
+	// Err then saying why if an error was the cause.
+	ObserveJobSkipped
 )
 
 // Observation is one event of an Elector, for metrics.
@@ -34,8 +42,12 @@ type Observation struct {
 	Owner  string
 	Token  int64
 	Reason EndReason     // for TermEnding and TermEnded
-	Took   time.Duration // for Renewed: the renewal's round trip
-	Err    error         // for Renewed and ClaimRefused
+	Took   time.Duration // for Renewed: the renewal's round trip; for JobRun: the run's
+	Err    error         // for Renewed, ClaimRefused, JobRun and JobSkipped
+	// For JobRun and JobSkipped: the scheduled instant, and whether it was
+	// missed (no runner reached it in time).
+	Instant time.Time
+	Missed  bool
 }
 
 // Observer receives an Elector's observations. Observe is called
