@@ -26,6 +26,13 @@ const (
 	// MetricKeysHeld is the number of keys each owner leads (a Set's keys,
 	// or its Electors'), from the terms observed.
 	MetricKeysHeld = "pgleader.keys.held"
+	// MetricJobRuns counts the scheduled runs this replica ran
+	// (pgleader.RunJob), by outcome: ok or failed.
+	MetricJobRuns = "pgleader.job.runs"
+	// MetricJobSkips counts the scheduled instants this replica did not
+	// run, by why: elsewhere (another replica ran or runs it) or missed (no
+	// replica reached it in time).
+	MetricJobSkips = "pgleader.job.skips"
 )
 
 // The attribute keys.
@@ -33,7 +40,8 @@ const (
 	AttrKey     = attribute.Key("key")
 	AttrOwner   = attribute.Key("owner")
 	AttrReason  = attribute.Key("reason")  // on pgleader.terms.ended
-	AttrOutcome = attribute.Key("outcome") // on pgleader.renew.duration: ok, lost or error
+	AttrOutcome = attribute.Key("outcome") // on pgleader.renew.duration: ok, lost or error; on pgleader.job.runs: ok or failed
+	AttrWhy     = attribute.Key("why")     // on pgleader.job.skips: elsewhere or missed
 )
 
 // renewBuckets are the histogram's bucket boundaries in seconds: a renewal
@@ -72,6 +80,8 @@ type Observer struct {
 	ended   metric.Int64Counter
 	renew   metric.Float64Histogram
 	refused metric.Int64Counter
+	runs    metric.Int64Counter
+	skips   metric.Int64Counter
 	reg     metric.Registration
 
 	mu     sync.Mutex
@@ -111,7 +121,7 @@ func New(opts ...Option) (*Observer, error) {
 		metric.WithDescription("1 while this replica leads the key (from the term's start until it begins to end), else 0"))
 	token, err2 := m.Int64ObservableGauge(MetricToken, metric.WithUnit("{token}"),
 		metric.WithDescription("Fencing token of this replica's current or last term of the key"))
-	var err3, err4, err5, err6, err7 error
+	var err3, err4, err5, err6, err7, err9, err10 error
 	o.started, err3 = m.Int64Counter(MetricTermsStarted, metric.WithUnit("{term}"),
 		metric.WithDescription("Terms this replica won whose claim passed, so the body ran"))
 	o.ended, err4 = m.Int64Counter(MetricTermsEnded, metric.WithUnit("{term}"),
@@ -123,7 +133,11 @@ func New(opts ...Option) (*Observer, error) {
 		metric.WithDescription("Terms whose Claim hook refused the token or failed"))
 	keysHeld, err8 := m.Int64ObservableGauge(MetricKeysHeld, metric.WithUnit("{key}"),
 		metric.WithDescription("Keys this replica leads with a live term (for a pgleader.Set, its keys held)"))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err8); err != nil {
+	o.runs, err9 = m.Int64Counter(MetricJobRuns, metric.WithUnit("{run}"),
+		metric.WithDescription("Scheduled runs of a job this replica ran, by outcome"))
+	o.skips, err10 = m.Int64Counter(MetricJobSkips, metric.WithUnit("{instant}"),
+		metric.WithDescription("Scheduled instants of a job this replica did not run, by why"))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err8, err9, err10); err != nil {
 		return nil, err
 	}
 	o.reg, err7 = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
@@ -180,6 +194,18 @@ func (o *Observer) Observe(ob pgleader.Observation) {
 		o.renew.Record(ctx, ob.Took.Seconds(), outcome)
 	case pgleader.ObserveClaimRefused:
 		o.refused.Add(ctx, 1, s.base)
+	case pgleader.ObserveJobRun:
+		outcome := "ok"
+		if ob.Err != nil {
+			outcome = "failed"
+		}
+		o.runs.Add(ctx, 1, metric.WithAttributes(append(s.attrs.ToSlice(), AttrOutcome.String(outcome))...))
+	case pgleader.ObserveJobSkipped:
+		why := "elsewhere"
+		if ob.Missed {
+			why = "missed"
+		}
+		o.skips.Add(ctx, 1, metric.WithAttributes(append(s.attrs.ToSlice(), AttrWhy.String(why))...))
 	}
 }
 

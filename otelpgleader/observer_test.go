@@ -2,6 +2,7 @@ package otelpgleader_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -291,4 +292,24 @@ func TestKeysHeld(t *testing.T) {
 		}
 		m.expect(otelpgleader.MetricKeysHeld, 0, otelpgleader.AttrOwner.String("o"))
 	})
+}
+
+// TestObserverJobs: a job runner's observations count runs by outcome and
+// skips by why.
+func TestObserverJobs(t *testing.T) {
+	obs, m := newObserver(t)
+	run := func(err error) pgleader.Observation {
+		return pgleader.Observation{Kind: pgleader.ObserveJobRun, Key: "report", Owner: "a", Err: err, Took: time.Second}
+	}
+	skip := func(missed bool) pgleader.Observation {
+		return pgleader.Observation{Kind: pgleader.ObserveJobSkipped, Key: "report", Owner: "a", Missed: missed}
+	}
+	for _, o := range []pgleader.Observation{run(nil), run(nil), run(errors.New("no")), skip(false), skip(false), skip(false), skip(true)} {
+		obs.Observe(o)
+	}
+	key, owner := otelpgleader.AttrKey.String("report"), otelpgleader.AttrOwner.String("a")
+	m.expect(otelpgleader.MetricJobRuns, 2, key, owner, otelpgleader.AttrOutcome.String("ok"))
+	m.expect(otelpgleader.MetricJobRuns, 1, key, owner, otelpgleader.AttrOutcome.String("failed"))
+	m.expect(otelpgleader.MetricJobSkips, 3, key, owner, otelpgleader.AttrWhy.String("elsewhere"))
+	m.expect(otelpgleader.MetricJobSkips, 1, key, owner, otelpgleader.AttrWhy.String("missed"))
 }
