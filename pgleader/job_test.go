@@ -408,3 +408,40 @@ func TestJobSchedule(t *testing.T) {
 		t.Errorf("descriptions %q, %q", s, c)
 	}
 }
+
+// TestJobRoles: a role granted pgleader's use (and nothing else) runs a
+// job; another such role may not run a job of the same name, and RunJob
+// says so at once; its fenced run cannot be taken by the other role.
+func TestJobRoles(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	roleA, urlA := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	_, urlB := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	poolA, poolB := rolePool(t, urlA), rolePool(t, urlB)
+	instant := lastHour(t, db.Pool)
+	ran := make(chan pgleader.JobRun, 1)
+	stop := runJob(t, poolA, pgleader.Job{Name: "hourly", Every: time.Hour, Missed: pgleader.MissedRunLatest, Fence: "hourly-report",
+		Spec: jobSpec(), Run: func(_ context.Context, _ *pgleader.Term, r pgleader.JobRun) error { ran <- r; return nil }})
+	select {
+	case r := <-ran:
+		if !r.Instant.Equal(instant) {
+			t.Fatalf("ran %+v, want %v", r, instant)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("role a's job did not run in 10 s")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgleader.NewPostgres(poolA).JobStatuses(context.Background(), "hourly")
+	if err != nil || len(st) != 1 || st[0].Role != roleA || st[0].Last.State != "done" {
+		t.Fatalf("JobStatuses as role a = %+v, %v", st, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = pgleader.RunJob(ctx, pgleader.NewPostgres(poolB), pgleader.Job{Name: "hourly", Every: time.Hour, Spec: jobSpec(),
+		Run: func(context.Context, *pgleader.Term, pgleader.JobRun) error { return errors.New("role b ran a's job") }})
+	if !errors.Is(err, pgleader.ErrForbidden) || !strings.Contains(err.Error(), roleA) {
+		t.Fatalf("RunJob as role b = %v, want ErrForbidden naming %s", err, roleA)
+	}
+}
