@@ -78,7 +78,8 @@ END
 $$;
 
 -- job_claim claims the run of p_job at p_instant for the term (p_owner,
--- p_token), which must hold the lease of the key p_job unexpired. Outcomes:
+-- p_token), which must hold the lease of the key p_job unexpired; the key
+-- must be the caller's role's (else 42501). Outcomes:
 --   lost   the term does not hold the lease (nothing changed);
 --   early  the instant has not come yet on the database clock;
 --   run    no run of that instant existed: this term's is recorded, running
@@ -102,6 +103,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     t timestamptz := clock_timestamp();
+    c name := pgleader._caller();
     r pgleader.job_run;
     result text;
 BEGIN
@@ -111,7 +113,11 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pgleader.lease AS l
                     WHERE l.key = p_job AND l.holder = p_owner AND l.token = p_token
-                      AND NOT l.handed_off AND l.expires_at > t) THEN
+                      AND NOT l.handed_off AND l.expires_at > t
+                      AND (l.role = c OR pgleader._own(l.role, false))) THEN
+        -- Another role's key is refused as such; a term of one's own that
+        -- ended is only lost.
+        PERFORM pgleader._check_key_role(p_job, 'claim its runs', false);
         RETURN QUERY SELECT 'lost'::text, t, NULL::text, NULL::text, NULL::bigint, NULL::integer, NULL::timestamptz;
         RETURN;
     END IF;
@@ -149,7 +155,8 @@ $$;
 -- job_finish records the end of the run of p_job at p_instant claimed by
 -- (p_owner, p_token): done if p_ok, else failed with p_error (cut to 256
 -- characters). It reports whether the run was still this term's to record (a
--- retry by a later term takes it away). It then keeps the job's p_keep
+-- retry by a later term takes it away). The job's key must be the
+-- caller's role's (else 42501). It then keeps the job's p_keep
 -- newest runs and deletes older ones.
 CREATE FUNCTION pgleader.job_finish(p_job text, p_instant timestamptz, p_owner text, p_token bigint,
                                     p_ok boolean, p_error text DEFAULT NULL, p_keep integer DEFAULT 1000)
@@ -162,6 +169,7 @@ DECLARE
     oldest timestamptz;
 BEGIN
     PERFORM pgleader._check_args(p_job, p_owner, NULL, true, false);
+    PERFORM pgleader._check_key_role(p_job, 'record its runs', false);
     IF p_keep IS NULL OR p_keep < 1 THEN
         RAISE EXCEPTION 'pgleader: keep must be at least 1, got %', p_keep USING ERRCODE = '22023';
     END IF;

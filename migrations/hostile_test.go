@@ -119,6 +119,9 @@ func (e *hostileEnv) seed(t *testing.T) {
 		{e.vc, `SELECT pgleader.set_acquire($1, $2, ARRAY[$3], '5 minutes', 1, 1)`, []any{victimSet, victimHolder, victimHanded}},
 		{e.vc, `SELECT pgleader.set_release($1, $2, ARRAY[$3], ARRAY[(SELECT token FROM pgleader.lease($3))], false, '{true}')`,
 			[]any{victimSet, victimHolder, victimHanded}},
+		// A scheduled job on V's key, with a run V's term claimed.
+		{e.vc, `SELECT pgleader.job_schedule($1, 'every 1h', NULL)`, []any{victimKey}},
+		{e.vc, `SELECT * FROM pgleader.job_claim($1, now() - interval '1 minute', $2, 7)`, []any{victimKey, victimHolder}},
 		{e.hc, `SELECT pgleader.acquire($1, $2, '5 minutes')`, []any{hostileKey, hostileHolder}},
 		{e.hc, `SELECT pgleader.fence_claim($1, 1)`, []any{hostileRes}},
 		{e.hc, `SELECT pgleader.set_renew($1, $2, '{}', '{}', '5 minutes', 0)`, []any{hostileSet, hostileHolder}},
@@ -158,6 +161,7 @@ type hostileRow struct {
 // expires beyond max_ttl, and catalog facts.
 type hostileState struct {
 	leases, fences, candidates, members map[string]hostileRow
+	jobs, runs                          map[string]hostileRow
 	epoch                               int64
 	settings                            string // settings, server_epoch and steerer rows
 	overTTL                             []string
@@ -240,6 +244,7 @@ func (e *hostileEnv) snapshot(t *testing.T) *hostileState {
 	s := &hostileState{
 		leases: map[string]hostileRow{}, fences: map[string]hostileRow{},
 		candidates: map[string]hostileRow{}, members: map[string]hostileRow{},
+		jobs: map[string]hostileRow{}, runs: map[string]hostileRow{},
 	}
 	rowsInto := func(m map[string]hostileRow) func(pgx.Rows) error {
 		return func(rows pgx.Rows) error {
@@ -277,6 +282,12 @@ func (e *hostileEnv) snapshot(t *testing.T) *hostileState {
 	b.Queue(`SELECT json_build_array(m.set_name, m.role, m.owner)::text, m.role, 0::bigint, 0::bigint, to_jsonb(m)::text
 	           FROM pgleader.set_member AS m`).
 		Query(rowsInto(s.members))
+	b.Queue(`SELECT j.name, j.role, 0::bigint, 0::bigint, to_jsonb(j)::text FROM pgleader.job AS j`).
+		Query(rowsInto(s.jobs))
+	// A run is its job's key's role's.
+	b.Queue(`SELECT json_build_array(r.job, r.instant)::text, coalesce(l.role, ''), r.token, 0::bigint, to_jsonb(r)::text
+	           FROM pgleader.job_run AS r LEFT JOIN pgleader.lease AS l ON l.key = r.job`).
+		Query(rowsInto(s.runs))
 	b.Queue(`SELECT coalesce((SELECT s.epoch FROM pgleader.settings AS s), -1),
 	                (SELECT coalesce(json_agg(s), '[]') FROM pgleader.settings AS s)::text
 	                || (SELECT coalesce(json_agg(x), '[]') FROM pgleader.server_epoch AS x)::text
@@ -341,6 +352,8 @@ func (e *hostileEnv) check(t *testing.T, what string, before, after *hostileStat
 	e.othersUnchanged(t, what, "fence", before.fences, after.fences)
 	e.othersUnchanged(t, what, "candidate", before.candidates, after.candidates)
 	e.othersUnchanged(t, what, "set member", before.members, after.members)
+	e.othersUnchanged(t, what, "job", before.jobs, after.jobs)
+	e.othersUnchanged(t, what, "job run", before.runs, after.runs)
 }
 
 // othersUnchanged: every row of a role other than H (and not nobody's) is
@@ -1308,6 +1321,35 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 				run: rowsOf(`SELECT pgleader.install_fence_trigger('pgleader.lease', 'token')`)},
 			{what: "install a fence trigger on pgleader.fence", code: refused, msg: "permission denied for table fence",
 				run: rowsOf(`SELECT pgleader.install_fence_trigger('pgleader.fence', 'token')`)},
+		},
+		"pgleader.job_schedule(text,text,timestamp with time zone)": {
+			{what: "reschedule the victim's job", code: refused, msg: other,
+				run: rowsOf(`SELECT pgleader.job_schedule($1, 'every 1s', now())`, victimKey)},
+		},
+		"pgleader.job_claim(text,timestamp with time zone,text,bigint,timestamp with time zone,text)": {
+			{what: "claim a run of the victim's job with its holder and token", code: refused, msg: other,
+				run: rowsOf(`SELECT * FROM pgleader.job_claim($1, now() - interval '2 minutes', $2, $3)`, victimKey, victimHolder, tok)},
+			{what: "take over the victim's run with its holder and a higher token", code: refused, msg: other,
+				run: rowsOf(`SELECT * FROM pgleader.job_claim($1, (SELECT max(instant) FROM pgleader.job_runs($1)), $2, $3, now() + interval '1 hour')`,
+					victimKey, victimHolder, tok+1)},
+			{what: "claim a run of the victim's job with the victim's fence", code: refused, msg: other,
+				run: rowsOf(`SELECT * FROM pgleader.job_claim($1, now() - interval '3 minutes', $2, $3, NULL, $4)`, victimKey, victimHolder, tok, victimRes)},
+			{what: "claim a run of H's own job taking the victim's fence", code: refused, msg: other,
+				run: rowsOf(`SELECT * FROM pgleader.job_claim($1, now() - interval '1 minute', $2, $3, NULL, $4)`, hostileKey, hostileHolder, e.hToken, victimRes)},
+		},
+		"pgleader.job_finish(text,timestamp with time zone,text,bigint,boolean,text,integer)": {
+			{what: "record the victim's run failed with its holder and token", code: refused, msg: other,
+				run: rowsOf(`SELECT pgleader.job_finish($1, (SELECT max(instant) FROM pgleader.job_runs($1)), $2, $3, false, 'h')`, victimKey, victimHolder, tok)},
+			{what: "delete the victim's runs by keeping one", code: refused, msg: other,
+				run: rowsOf(`SELECT pgleader.job_finish($1, now(), $2, $3, true, NULL, 1)`, victimKey, victimHolder, tok)},
+		},
+		"pgleader.job_status(text)": {
+			{what: "read the victim's job", run: textsOf(`SELECT owner FROM pgleader.job_status($1)`, victimKey),
+				verify: wantTexts(victimHolder)},
+		},
+		"pgleader.job_runs(text,integer)": {
+			{what: "list the victim's runs", run: textsOf(`SELECT state FROM pgleader.job_runs($1)`, victimKey),
+				verify: wantTexts("running")},
 		},
 		"pgleader.lease(text)": {
 			{what: "read the victim's lease", run: textsOf(`SELECT holder FROM pgleader.lease($1)`, victimKey),

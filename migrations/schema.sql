@@ -1179,6 +1179,7 @@ AS $function$
 #variable_conflict use_column
 DECLARE
     t timestamptz := clock_timestamp();
+    c name := pgleader._caller();
     r pgleader.job_run;
     result text;
 BEGIN
@@ -1188,7 +1189,11 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pgleader.lease AS l
                     WHERE l.key = p_job AND l.holder = p_owner AND l.token = p_token
-                      AND NOT l.handed_off AND l.expires_at > t) THEN
+                      AND NOT l.handed_off AND l.expires_at > t
+                      AND (l.role = c OR pgleader._own(l.role, false))) THEN
+        -- Another role's key is refused as such; a term of one's own that
+        -- ended is only lost.
+        PERFORM pgleader._check_key_role(p_job, 'claim its runs', false);
         RETURN QUERY SELECT 'lost'::text, t, NULL::text, NULL::text, NULL::bigint, NULL::integer, NULL::timestamptz;
         RETURN;
     END IF;
@@ -1234,6 +1239,7 @@ DECLARE
     oldest timestamptz;
 BEGIN
     PERFORM pgleader._check_args(p_job, p_owner, NULL, true, false);
+    PERFORM pgleader._check_key_role(p_job, 'record its runs', false);
     IF p_keep IS NULL OR p_keep < 1 THEN
         RAISE EXCEPTION 'pgleader: keep must be at least 1, got %', p_keep USING ERRCODE = '22023';
     END IF;
