@@ -246,14 +246,21 @@ func (h history) runAt(instant time.Time) (run, bool) {
 // test after hang.
 func waitFor(t *testing.T, pool *pgxpool.Pool, job string, every time.Duration, what string, cond func(history) bool) history {
 	t.Helper()
-	deadline := time.Now().Add(hang)
+	return waitWithin(t, hang, pool, job, every, what, cond)
+}
+
+// waitWithin is waitFor with a bound of its own.
+func waitWithin(t *testing.T, within time.Duration, pool *pgxpool.Pool, job string, every time.Duration, what string,
+	cond func(history) bool) history {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		h := readHistory(t, pool, job, every)
 		if cond(h) {
 			return h
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s; %d runs, %d entries", hang, what, len(h.runs), len(h.entries))
+			t.Fatalf("waited %v for %s; %d runs, %d entries", within, what, len(h.runs), len(h.entries))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
