@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -261,5 +262,93 @@ fi
 	}
 	if r := recorded[firstRun.instant]; r.state != "done" || r.attempt != 2 {
 		t.Errorf("pgleader.job_run for the killed run's instant: %+v, want done as attempt 2", r)
+	}
+}
+
+// testStatusJobs lists jobs with no run, a run going on, a run done and one
+// failed, all of them or one.
+func testStatusJobs(t *testing.T, bin string) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	header := "JOB +SCHEDULE +NEXT +LAST RUN +OWNER +TOKEN +STATE +ATTEMPT +TOOK +ERROR\n"
+	code, stdout, stderr := runCLI(t, bin, nil, "status", "--jobs", "--database", db.URL)
+	if !regexp.MustCompile("^"+header+"$").MatchString(stdout) || code != 0 {
+		t.Fatalf("status --jobs without jobs: status %d, stdout %q, stderr:\n%s", code, stdout, stderr)
+	}
+
+	if _, err := db.Pool.Exec(ctx, `SELECT pgleader.job_schedule('a-never-ran', 'cron 0 3 * * *', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []struct{ name, command string }{
+		{"b-done", "true"},
+		{"c-failed", "exit 3"},
+		{"d-running", "exec sleep 300"},
+	} {
+		args := append([]string{"run", "--database", db.URL, "--key", job.name, "--every", "1s", "--owner", "pod-" + job.name}, fast...)
+		p := start(t, bin, t.TempDir(), nil, append(args, "--", "sh", "-c", job.command)...)
+		state := map[string]string{"b-done": "done", "c-failed": "failed", "d-running": "running"}[job.name]
+		eventually(t, job.name+" has a run "+state, func() bool {
+			return slices.ContainsFunc(slices.Collect(mapValues(jobRuns(t, db, job.name))), func(r jobRunRow) bool { return r.state == state })
+		})
+		if job.name == "d-running" {
+			code, stdout, stderr = runCLI(t, bin, nil, "status", "--database", db.URL, "d-running", "--jobs")
+			running := regexp.MustCompile("^" + header +
+				`d-running +every 1s +\S+Z +\S+Z +pod-d-running +\d+ +running +1 +\d[\d.]*m?s so far +-\n$`)
+			if code != 0 || !running.MatchString(stdout) {
+				t.Errorf("status --jobs d-running: status %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+		}
+		p.signal(t, syscall.SIGTERM)
+		if code := p.wait(t); code != 0 {
+			t.Errorf("%s: exit status after SIGTERM %d, want 0; stderr:\n%s", job.name, code, p.errors(t))
+		}
+	}
+
+	code, stdout, stderr = runCLI(t, bin, nil, "status", "--database", db.URL, "--jobs")
+	table := regexp.MustCompile("^" + header +
+		`a-never-ran +cron 0 3 \* \* \* +- +- +- +- +- +- +- +-\n` +
+		`b-done +every 1s +\S+Z +\S+Z +pod-b-done +\d+ +done +1 +\d[\d.]*[mµn]?s +-\n` +
+		`c-failed +every 1s +\S+Z +\S+Z +pod-c-failed +\d+ +failed +1 +\d[\d.]*[mµn]?s +"command exited with status 3"\n` +
+		// Stopped in its run, which its term's end left unrecorded.
+		`d-running +every 1s +\S+Z +\S+Z +pod-d-running +\d+ +running +1 +\S+ so far +-\n$`)
+	if code != 0 || !table.MatchString(stdout) {
+		t.Errorf("status --jobs: status %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, bin, nil, "status", "--database", db.URL, "--jobs", "c-failed")
+	if lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n"); code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[1], "c-failed ") {
+		t.Errorf("status --jobs c-failed: status %d, stdout:\n%s", code, stdout)
+	}
+	code, stdout, _ = runCLI(t, bin, nil, "status", "--database", db.URL, "--jobs", "no-such-job")
+	if !regexp.MustCompile("^"+header+"$").MatchString(stdout) || code != 0 {
+		t.Errorf("status --jobs no-such-job: status %d, stdout:\n%s", code, stdout)
+	}
+}
+
+func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
+	return func(yield func(V) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+// testJobsNotMigrated: on a schema before jobs (17), run --every and
+// status --jobs say to migrate, with exit status 1.
+func testJobsNotMigrated(t *testing.T, bin string) {
+	db := pgtest.NewEmpty(t)
+	env := []string{"DATABASE_URL=" + db.URL}
+	if code, _, stderr := runCLI(t, bin, env, "migrate", "to", "17"); code != 0 {
+		t.Fatalf("migrate to 17: status %d, stderr:\n%s", code, stderr)
+	}
+	for _, args := range [][]string{
+		{"status", "--jobs"},
+		append(append([]string{"run", "--key", "old-schema", "--every", "1s"}, fast...), "--", "true"),
+	} {
+		code, _, stderr := runCLI(t, bin, env, args...)
+		if code != 1 || !strings.Contains(stderr, "run 'pgleader migrate up'") {
+			t.Errorf("pgleader %q on schema 17: status %d, stderr:\n%s\nwant 1 and how to migrate", args, code, stderr)
+		}
 	}
 }

@@ -52,7 +52,7 @@ type command struct {
 // commands are pgleader's commands, in the order the help lists them.
 var commands = []command{
 	{"migrate", "apply, revert or show pgleader's schema in the database", writers(cmdMigrate)},
-	{"status", "show the leases, a key's candidates, or a set's members and keys", writers(cmdStatus)},
+	{"status", "show the leases, a key's candidates, a set's members, or the jobs", writers(cmdStatus)},
 	{"advance", "raise a free key's token counter, after the lease data was lost", writers(cmdAdvance)},
 	{"resign", "ask the term holding a key to end", writers(cmdResign)},
 	{"transfer", "ask the term holding a key to hand it to a waiting replica", writers(cmdTransfer)},

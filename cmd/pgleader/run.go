@@ -52,6 +52,7 @@ group is gone. A status other than 0 records the run failed; pgleader goes
 on to the next instant. A run whose pgleader dies is not run again, unless
 --at-least-once: then another replica runs it once the lease has lapsed.
 --exit-with-child, --value, --priority and --health-addr do not apply.
+'pgleader status --jobs' shows each job's last run.
 
 The timing flags default from --ttl as in pgleader.Spec (TTL/3, TTL/12, ...)
 and must satisfy renew-every + yield-grace + release-timeout + margin < ttl.
