@@ -4,8 +4,9 @@
 // schema, shows the leases, advances a key's token counter, asks a leader to
 // resign or to hand off to a chosen replica, grants a role what an
 // application needs, runs a command as a singleton, only while this
-// replica holds the key's lease, and says which version it is and which
-// schema version it and the database have.
+// replica holds the key's lease, or once per instant of a schedule on one
+// replica, and says which version it is and which schema version it and the
+// database have.
 //
 //	pgleader migrate  [--yes] up|down|version|to VERSION
 //	pgleader status   [KEY]
@@ -51,12 +52,12 @@ type command struct {
 // commands are pgleader's commands, in the order the help lists them.
 var commands = []command{
 	{"migrate", "apply, revert or show pgleader's schema in the database", writers(cmdMigrate)},
-	{"status", "show the leases, a key's candidates, or a set's members and keys", writers(cmdStatus)},
+	{"status", "show the leases, a key's candidates, a set's members, or the jobs", writers(cmdStatus)},
 	{"advance", "raise a free key's token counter, after the lease data was lost", writers(cmdAdvance)},
 	{"resign", "ask the term holding a key to end", writers(cmdResign)},
 	{"transfer", "ask the term holding a key to hand it to a waiting replica", writers(cmdTransfer)},
 	{"grant", "give a role what an application (or, --steer, an operator) needs", writers(cmdGrant)},
-	{"run", "run a command only while this replica holds a key's lease", func(args []string, _, stderr *os.File) error {
+	{"run", "run a command while this replica holds a key's lease, or on a schedule", func(args []string, _, stderr *os.File) error {
 		return cmdRun(args, stderr)
 	}},
 	{"version", "print this pgleader's version and schema version, and the database's", writers(cmdVersion)},

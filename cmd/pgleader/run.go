@@ -21,6 +21,7 @@ import (
 )
 
 const runUsage = `Usage: pgleader run [--database URL] --key KEY [flags] -- COMMAND [ARG...]
+       pgleader run [--database URL] --key KEY --every DURATION|--cron EXPR [flags] -- COMMAND [ARG...]
 
 Campaigns for KEY's lease and runs COMMAND only while holding it, in a
 process group of its own, with PGLEADER_KEY, PGLEADER_TOKEN and
@@ -43,6 +44,16 @@ a stop by signal; with --exit-with-child, COMMAND's status (128+N if a
 signal N killed it); 127 if COMMAND is not found, 126 if it cannot run; 1 on
 an error; 2 on bad usage.
 
+With --every or --cron, KEY is a scheduled job (pgleader.RunJob): at each
+instant of the schedule, on the database clock, one replica wins KEY's lease,
+claims the instant and runs COMMAND once, as above, with PGLEADER_INSTANT
+(RFC 3339, UTC) and PGLEADER_ATTEMPT added; the lease is released when the
+group is gone. A status other than 0 records the run failed; pgleader goes
+on to the next instant. A run whose pgleader dies is not run again, unless
+--at-least-once: then another replica runs it once the lease has lapsed.
+--exit-with-child, --value, --priority and --health-addr do not apply.
+'pgleader status --jobs' shows each job's last run.
+
 The timing flags default from --ttl as in pgleader.Spec (TTL/3, TTL/12, ...)
 and must satisfy renew-every + yield-grace + release-timeout + margin < ttl.
 `
@@ -63,6 +74,7 @@ func cmdRun(args []string, stderr *os.File) error {
 	fs.DurationVar(&spec.ReleaseTimeout, "release-timeout", 0, "time for the group to die after SIGKILL, and bound of the release (default ttl/12)")
 	exitWithChild := fs.Bool("exit-with-child", false, "exit with COMMAND's status when it exits, instead of campaigning again")
 	healthAddr := fs.String("health-addr", "", "serve GET /healthz on this `address` (host:port)")
+	jf := defineJobFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return flagError("run", err)
 	}
@@ -77,6 +89,10 @@ func cmdRun(args []string, stderr *os.File) error {
 		return usagef("run", "--priority must be a 32-bit integer, got %d", *priority)
 	case len(argv) == 0:
 		return usagef("run", "no command: pgleader run --key KEY [flags] -- COMMAND [ARG...]")
+	}
+	job, err := jf.job(fs, spec.Key)
+	if err != nil {
+		return err
 	}
 	if err := spec.Validate(); err != nil {
 		return usagef("run", "%s", specFlags.Replace(err.Error()))
@@ -109,6 +125,8 @@ func cmdRun(args []string, stderr *os.File) error {
 	backend := pgleader.NewPostgres(pool, pgleader.WithLogger(logger))
 	sup := &supervisor{path: path, argv: argv, log: logger, exitWithChild: *exitWithChild,
 		stopRun: cancel, force: make(chan struct{})}
+	// A job's runner makes electors of its own; this one, never run then,
+	// still fills in the defaults of the timing and the owner for it.
 	el, err := pgleader.New(backend, spec, pgleader.Options{
 		Owner: *owner, Value: *value, Priority: int32(*priority), Lead: sup.lead, Logger: logger, Observer: sup})
 	if err != nil {
@@ -154,6 +172,17 @@ func cmdRun(args []string, stderr *os.File) error {
 	}
 	if err := becomeSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; descendants that leave the command's process group may outlive it", "err", err)
+	}
+	if jf.scheduled(fs) {
+		job.Spec, job.Owner, job.Logger = spec, el.Status().Owner, logger
+		job.Observer, job.Run = pgleader.ObserverFunc(sup.observeJob), sup.runJob
+		log.Info("scheduled", "command", argv, "schedule", jf.schedule, "at_least_once", job.AtLeastOnce,
+			"missed", jf.missed, "ttl", spec.TTL, "yield_grace", spec.YieldGrace)
+		if err := pgleader.RunJob(ctx, backend, job); err != nil {
+			return fmt.Errorf("run: %w", notMigratedHint(err))
+		}
+		log.Info("stopped")
+		return nil
 	}
 	if *healthAddr != "" {
 		stopHealth, err := serveHealth(log, *healthAddr, el)

@@ -20,6 +20,7 @@ import (
 
 const statusUsage = `Usage: pgleader status [--database URL] [KEY]
        pgleader status [--database URL] --set NAME [--prefix PREFIX]
+       pgleader status [--database URL] --jobs [JOB]
 
 Prints a table of leases as the database sees them on its own clock: each
 key, the replica holding it ("-" when free or expired), the token (of the
@@ -33,6 +34,12 @@ With --set it summarises a set of keys (pgleader.Set): each live member
 its last renewal, and, counting the keys whose names start with PREFIX
 (every key the database has seen when PREFIX is empty), how many each
 owner holds live now and how many are free.
+
+With --jobs it lists the scheduled jobs (run --every or --cron,
+pgleader.RunJob), or the job JOB: its schedule, the next instant its
+replicas wait for, and its last run: the instant, the replica and token that
+ran it, its state (running, done or failed), its attempt, how long it took
+(so far, while running) and its error. Instants are RFC 3339, in UTC.
 `
 
 // leaseRow is one line of the status table.
@@ -49,9 +56,13 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	db := databaseFlag(fs)
 	setName := fs.String("set", "", "summarise the set `NAME`")
 	prefix := fs.String("prefix", "", "with --set: count the keys whose names start with `PREFIX`")
+	jobs := fs.Bool("jobs", false, "list the scheduled jobs and their last runs, or with an argument the one job")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if *jobs && given(fs, "set") {
+		return usagef("status", "--jobs and --set are exclusive")
 	}
 	if err := refuseEmpty(fs, "set"); err != nil {
 		return err
@@ -79,6 +90,13 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	defer done()
 	if *setName != "" {
 		return setStatus(ctx, pool, *setName, *prefix, stdout)
+	}
+	if *jobs {
+		name := ""
+		if len(pos) == 1 {
+			name = pos[0]
+		}
+		return jobStatus(ctx, pool, name, stdout)
 	}
 
 	var rows []leaseRow
@@ -221,4 +239,39 @@ func setStatus(ctx context.Context, pool *pgxpool.Pool, name, prefix string, std
 	}
 	_, err = fmt.Fprintf(stdout, "set %s: %d keys, %d live members (candidates), fair share %d\n", name, len(keys), members, share)
 	return err
+}
+
+// jobStatus prints the scheduled jobs (or the one named) with their last
+// runs, the running one's time counted on the database clock.
+func jobStatus(ctx context.Context, pool *pgxpool.Pool, name string, stdout io.Writer) error {
+	jobs, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).JobStatuses(ctx, name)
+	if err != nil {
+		return notMigratedHint(err)
+	}
+	instant := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "JOB\tSCHEDULE\tNEXT\tLAST RUN\tOWNER\tTOKEN\tSTATE\tATTEMPT\tTOOK\tERROR")
+	for _, j := range jobs {
+		r := j.Last
+		if r.Instant.IsZero() {
+			fmt.Fprintf(w, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\n", j.Job, j.Schedule, instant(j.NextAt))
+			continue
+		}
+		took := r.Duration().Round(time.Millisecond).String()
+		if r.FinishedAt.IsZero() {
+			took = j.Now.Sub(r.StartedAt).Round(time.Millisecond).String() + " so far"
+		}
+		msg := "-"
+		if r.Error != "" {
+			msg = strconv.Quote(r.Error)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", j.Job, j.Schedule, instant(j.NextAt),
+			instant(r.Instant), r.Owner, r.Token, r.State, r.Attempt, took, msg)
+	}
+	return w.Flush()
 }

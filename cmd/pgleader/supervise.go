@@ -80,13 +80,20 @@ func (s *supervisor) Observe(o pgleader.Observation) {
 // once the command and every process of its group are gone, so the lease is
 // released (or given up) only after that.
 func (s *supervisor) lead(ctx context.Context, t *pgleader.Term) error {
-	log := s.log.With("key", t.Key(), "owner", t.Owner(), "token", t.Token())
+	return s.execute(ctx, t, s.log.With("key", t.Key(), "owner", t.Owner(), "token", t.Token()))
+}
+
+// execute runs the command once in term t, with env added to what lead
+// gives it, and returns once the command and every process of its group
+// are gone; the error names a status other than 0.
+func (s *supervisor) execute(ctx context.Context, t *pgleader.Term, log *slog.Logger, env ...string) error {
 	cmd := exec.Command(s.path, s.argv[1:]...)
 	cmd.Args[0] = s.argv[0]
 	cmd.Env = append(os.Environ(),
 		"PGLEADER_KEY="+t.Key(),
 		"PGLEADER_TOKEN="+strconv.FormatInt(t.Token(), 10),
 		"PGLEADER_OWNER="+t.Owner())
+	cmd.Env = append(cmd.Env, env...)
 	// Files, not pipes: Wait then returns when the command exits, even if
 	// processes it left behind still hold the descriptors.
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
