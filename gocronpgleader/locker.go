@@ -59,7 +59,9 @@ type Options struct {
 	// Logger receives the terms' log. Default the backend's, else
 	// slog.Default().
 	Logger *slog.Logger
-	// Observer, if set, receives the terms' observations.
+	// Observer, if set, receives the terms' observations, except the
+	// refused claims of runs skipped as already run (as pgleader.RunJob
+	// leaves them out).
 	Observer pgleader.Observer
 }
 
@@ -107,6 +109,14 @@ func NewLocker(db pgleader.DB, opts Options) (*Locker, error) {
 	}
 	if opts.KeepRuns == 0 {
 		opts.KeepRuns = 1000
+	}
+	if inner := opts.Observer; inner != nil {
+		opts.Observer = pgleader.ObserverFunc(func(o pgleader.Observation) {
+			if o.Kind == pgleader.ObserveClaimRefused && o.Err == nil {
+				return
+			}
+			inner.Observe(o)
+		})
 	}
 	b := opts.Backend
 	if b == nil {
