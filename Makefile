@@ -3,9 +3,10 @@
 GO        ?= go
 STATICCHECK_VERSION := v0.8.2
 DURATION  ?= 2m
-# otelpgleader is a module of its own (see README, Modules); test and lint
-# cover it too.
+# otelpgleader and gocronpgleader are modules of their own (see README,
+# Modules); test and lint cover them too.
 OTEL_DIR  := otelpgleader
+GOCRON_DIR := gocronpgleader
 GORM_DIR  := examples/gorm
 LIBPQ_DIR := examples/libpq
 VERSIONS  ?= 13 14 15 16 17 18
@@ -20,15 +21,17 @@ help: ## Show this help.
 # output, then the failed and the skipped tests (with t.Skip's reason), and
 # exits with the status of its sh -c.
 .PHONY: test
-test: ## Vet, then run every test of the four modules (root, otelpgleader, examples/gorm, examples/libpq) under the race detector (finds or starts PostgreSQL; see README); ends with the skipped tests and why.
+test: ## Vet, then run every test of the five modules (root, otelpgleader, gocronpgleader, examples/gorm, examples/libpq) under the race detector (finds or starts PostgreSQL; see README); ends with the skipped tests and why.
 	$(GO) vet ./...
 	cd $(OTEL_DIR) && $(GO) vet ./...
+	cd $(GOCRON_DIR) && $(GO) vet ./...
 	cd $(GORM_DIR) && $(GO) vet ./...
 	cd $(LIBPQ_DIR) && $(GO) vet ./...
 	$(GO) run ./internal/cmd/testsum -- sh -c '\
 	  $(GO) run ./internal/embedpg/withpg -if-needed -- sh -c "$(GO) test -json -race -count=1 -timeout 9m ./... && \
 	    cd $(GORM_DIR) && $(GO) test -json -race -count=1 ./... && \
-	    cd $(CURDIR)/$(LIBPQ_DIR) && $(GO) test -json -race -count=1 ./..." && \
+	    cd $(CURDIR)/$(LIBPQ_DIR) && $(GO) test -json -race -count=1 ./... && \
+	    cd $(CURDIR)/$(GOCRON_DIR) && $(GO) test -json -race -count=1 ./..." && \
 	  cd $(OTEL_DIR) && $(GO) test -json -race -count=1 ./...'
 
 .PHONY: test-versions
@@ -44,12 +47,14 @@ compose-test: ## Run docker-compose.yml, stop the leading publisher, check the t
 	@GO="$(GO)" ./scripts/compose-test.sh
 
 .PHONY: lint
-lint: ## gofmt check, go vet and staticcheck, in the four modules.
+lint: ## gofmt check, go vet and staticcheck, in the five modules.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd $(OTEL_DIR) && $(GO) vet ./...
 	cd $(OTEL_DIR) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd $(GOCRON_DIR) && $(GO) vet ./...
+	cd $(GOCRON_DIR) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd $(GORM_DIR) && $(GO) vet ./...
 	cd $(GORM_DIR) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd $(LIBPQ_DIR) && $(GO) vet ./...
@@ -60,8 +65,9 @@ demo: ## Tell the recipe's story against PostgreSQL (examples/handover; finds a 
 	@GO="$(GO)" ./scripts/demo.sh
 
 .PHONY: bench
-bench: ## Measure handover, failover, database load, fenced-write and sets cost; prints a table (docs/benchmarks.md).
+bench: ## Measure handover, failover, database load, fenced-write and sets cost, and a gocron job's start delay; prints tables (docs/benchmarks.md).
 	$(GO) run ./cmd/pgleader-bench $(BENCHFLAGS)
+	cd $(GOCRON_DIR) && $(GO) run ./internal/bench
 
 .PHONY: model
 model: ## Check the SPIN model and its mutants (model/, docs/model-checking.md; needs spin, gcc).

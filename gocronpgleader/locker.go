@@ -1,0 +1,330 @@
+package gocronpgleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgleader/pgleader/pgleader"
+)
+
+// ErrSkipped is matched by the error of [Locker.Lock] when this replica
+// must not run the job now: another replica's term holds the job's lease,
+// a run of the job started less than Window ago on the database clock, or
+// this Locker's previous run of the job has not ended. gocron then skips
+// the run (and passes the error to an AfterLockError listener).
+var ErrSkipped = errors.New("gocronpgleader: another run holds or ran this instant")
+
+// ErrNoRun is returned by a function from [Locker.Task] when the Locker
+// holds no run of its job: the gocron job is not named like the Task's job
+// (gocron.WithName), or its scheduler does not use this Locker.
+var ErrNoRun = errors.New("gocronpgleader: this Locker holds no run of the job")
+
+// scheduleDesc is what the adapter records as a job's schedule in
+// pgleader.job: gocron knows the schedule, the database does not.
+const scheduleDesc = "gocron"
+
+// Options configure a [Locker]. The zero value of a field means its
+// default.
+type Options struct {
+	// Window is how long after a run of a job started (on the database
+	// clock) the job counts as run: a Lock for it within Window is
+	// refused. Required. It must exceed the replicas' clock skew plus
+	// gocron's delay in firing, and be shorter than the job's shortest
+	// interval, or instants are skipped: half the shortest interval
+	// suits a skew well under it (see the package doc).
+	Window time.Duration
+	// Backend is the pgleader backend the runs' terms campaign through.
+	// Default pgleader.NewPostgres(db); pass the process's own, over the
+	// same database, to share its connections.
+	Backend *pgleader.Postgres
+	// Spec sets the lease timing of each run's term (TTL, RenewEvery, …);
+	// its Key must be empty (each term's key is its job's name).
+	Spec pgleader.Spec
+	// Owner names this replica in the leases and in the runs. Default
+	// hostname:pid:random.
+	Owner string
+	// KeepRuns is how many of a job's newest runs the database keeps.
+	// Default 1,000.
+	KeepRuns int
+	// Logger receives the terms' log. Default the backend's, else
+	// slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, receives the terms' observations, except the
+	// refused claims of runs skipped as already run (as pgleader.RunJob
+	// leaves them out).
+	Observer pgleader.Observer
+}
+
+// Locker is a gocron.Locker on pgleader: Lock wins the job's lease (the
+// key is the job's name), claims a run of the job in pgleader.job_run
+// unless one started less than Window ago, and keeps the lease renewed until
+// Unlock, which records the run's end. Create it with [NewLocker]; it is
+// safe for concurrent use. Give each replica its own Locker (its own
+// owner): a Locker runs at most one run of a job at a time.
+type Locker struct {
+	db      pgleader.DB
+	backend *pgleader.Postgres
+	opts    Options
+
+	mu   sync.Mutex
+	runs map[string]*run // the runs held, by job
+}
+
+// NewLocker returns a Locker whose runs are recorded in the database of db
+// (a pool; the schema must be at version 18 or later). It checks opts and
+// returns an error matching pgleader.ErrInvalid that names a bad field.
+func NewLocker(db pgleader.DB, opts Options) (*Locker, error) {
+	switch {
+	case db == nil:
+		return nil, fmt.Errorf("%w: gocronpgleader.NewLocker: nil db", pgleader.ErrInvalid)
+	case opts.Window <= 0:
+		return nil, fmt.Errorf("%w: Options.Window is required and must be positive, got %v: "+
+			"set it above the replicas' clock skew and below the jobs' shortest interval", pgleader.ErrInvalid, opts.Window)
+	case opts.Spec.Key != "":
+		return nil, fmt.Errorf("%w: Options.Spec.Key must be empty: each run's key is its job's name", pgleader.ErrInvalid)
+	case opts.KeepRuns < 0:
+		return nil, fmt.Errorf("%w: Options.KeepRuns must not be negative, got %d", pgleader.ErrInvalid, opts.KeepRuns)
+	}
+	spec := opts.Spec
+	spec.Key = "gocronpgleader"
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("Options.Spec: %w", err)
+	}
+	if opts.Owner != "" {
+		if err := pgleader.CheckOwner(opts.Owner); err != nil {
+			return nil, fmt.Errorf("Options.Owner: %w", err)
+		}
+	} else {
+		opts.Owner = defaultOwner()
+	}
+	if opts.KeepRuns == 0 {
+		opts.KeepRuns = 1000
+	}
+	if inner := opts.Observer; inner != nil {
+		opts.Observer = pgleader.ObserverFunc(func(o pgleader.Observation) {
+			if o.Kind == pgleader.ObserveClaimRefused && o.Err == nil {
+				return
+			}
+			inner.Observe(o)
+		})
+	}
+	b := opts.Backend
+	if b == nil {
+		b = pgleader.NewPostgres(db)
+	}
+	return &Locker{db: db, backend: b, opts: opts, runs: make(map[string]*run)}, nil
+}
+
+// Owner is the name of this replica in the leases and runs.
+func (l *Locker) Owner() string { return l.opts.Owner }
+
+// run is one run a Locker holds, from Lock to Unlock.
+type run struct {
+	l       *Locker
+	job     string
+	started chan struct{} // closed once the run is claimed and its body may start
+	unlock  chan struct{} // closed by Unlock
+	done    chan struct{} // closed once the term is over and its lease released
+	once    sync.Once
+
+	// Set before started closes (claim, lead); read after.
+	term *pgleader.Term
+	ctx  context.Context // the term's body context
+	rec  pgleader.JobRun
+	// skip says why the claim refused the run.
+	skip string
+
+	err  error // RunOnce's, set before done closes
+	fail error // the body's error, set by a Task before Unlock
+}
+
+// Lock implements gocron.Locker. It campaigns for the lease of the key
+// job and, if it wins, claims a run of the job, unless a run started less
+// than Window ago on the database clock; the error matches [ErrSkipped]
+// when another replica runs or ran this instant. The lease is renewed
+// until Unlock. If the term ends before Unlock (renewals failed, the lease
+// was lost, ctx was cancelled), the context of a [Locker.Task] function is
+// cancelled and the run's end is not recorded.
+func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
+	if err := pgleader.CheckKey(job); err != nil {
+		return nil, fmt.Errorf("gocronpgleader: job name: %w", err)
+	}
+	r := &run{l: l, job: job, started: make(chan struct{}), unlock: make(chan struct{}), done: make(chan struct{})}
+	l.mu.Lock()
+	if l.runs[job] != nil {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: this replica's run of %q has not ended", ErrSkipped, job)
+	}
+	l.runs[job] = r
+	l.mu.Unlock()
+
+	spec := l.opts.Spec
+	spec.Key = job
+	el, err := pgleader.New(l.backend, spec, pgleader.Options{Owner: l.opts.Owner, Logger: l.opts.Logger,
+		Observer: l.opts.Observer, Claim: r.claim, Lead: r.lead, NoHandOff: true})
+	if err != nil {
+		l.forget(r)
+		return nil, err
+	}
+	go func() {
+		r.err = el.RunOnce(ctx)
+		l.forget(r)
+		close(r.done)
+	}()
+	select {
+	case <-r.started:
+		return r, nil
+	case <-r.done:
+	}
+	switch {
+	case r.skip != "":
+		return nil, fmt.Errorf("%w: %s", ErrSkipped, r.skip)
+	case errors.Is(r.err, pgleader.ErrHeld):
+		return nil, fmt.Errorf("%w: %w", ErrSkipped, r.err)
+	case r.err == nil:
+		return nil, fmt.Errorf("gocronpgleader: the run of %q ended before it started", job)
+	}
+	return nil, fmt.Errorf("gocronpgleader: lock %q: %w", job, r.err)
+}
+
+func (l *Locker) forget(r *run) {
+	l.mu.Lock()
+	if l.runs[r.job] == r {
+		delete(l.runs, r.job)
+	}
+	l.mu.Unlock()
+}
+
+// claim is the term's Claim hook: it refuses the run if one started less
+// than Window ago, and else claims one at the database clock's now.
+func (r *run) claim(ctx context.Context, t *pgleader.Term) (bool, error) {
+	var now time.Time
+	var last pgtype.Timestamptz
+	err := r.l.db.QueryRow(ctx, `SELECT pgleader.job_schedule($1, $2, NULL),
+		(SELECT instant FROM pgleader.job_runs($1, 1))`, r.job, scheduleDesc).Scan(&now, &last)
+	if err != nil {
+		return false, fmt.Errorf("gocronpgleader: job_schedule: %w", err)
+	}
+	if last.Valid && now.Sub(last.Time) < r.l.opts.Window {
+		r.skip = fmt.Sprintf("a run of %q started %v ago, less than Window (%v)",
+			r.job, now.Sub(last.Time).Round(time.Millisecond), r.l.opts.Window)
+		return false, nil
+	}
+	var outcome string
+	var attempt pgtype.Int4
+	err = r.l.db.QueryRow(ctx, `SELECT outcome, attempt FROM pgleader.job_claim($1, $2, $3, $4)`,
+		r.job, now, t.Owner(), t.Token()).Scan(&outcome, &attempt)
+	if err != nil {
+		return false, fmt.Errorf("gocronpgleader: job_claim: %w", err)
+	}
+	if outcome != "run" {
+		r.skip = fmt.Sprintf("the claim of %q at %v was refused (%s)", r.job, now, outcome)
+		return false, nil
+	}
+	r.term, r.rec = t, pgleader.JobRun{Job: r.job, Instant: now, Attempt: int(attempt.Int32), Token: t.Token()}
+	return true, nil
+}
+
+// lead is the term's body: it lets Lock return and holds the term until
+// Unlock, then records the run's end.
+func (r *run) lead(ctx context.Context, t *pgleader.Term) error {
+	r.ctx = ctx
+	close(r.started)
+	select {
+	case <-r.unlock:
+	case <-ctx.Done():
+		return fmt.Errorf("gocronpgleader: the term of %q ended before Unlock: %w", r.job, ctx.Err())
+	}
+	ok := r.fail == nil
+	var msg pgtype.Text
+	if !ok {
+		msg = pgtype.Text{String: strings.ToValidUTF8(r.fail.Error(), "?"), Valid: true}
+	}
+	var recorded bool
+	err := r.l.db.QueryRow(ctx, `SELECT pgleader.job_finish($1, $2, $3, $4, $5, $6, $7)`,
+		r.job, r.rec.Instant, t.Owner(), t.Token(), ok, msg, r.l.opts.KeepRuns).Scan(&recorded)
+	switch {
+	case err != nil:
+		return fmt.Errorf("gocronpgleader: job_finish: %w", err)
+	case !recorded:
+		return fmt.Errorf("gocronpgleader: the run of %q at %v was no longer this term's to record", r.job, r.rec.Instant)
+	}
+	return nil
+}
+
+// Unlock implements gocron.Lock: it records the run's end and releases
+// the job's lease, and returns once the lease is released. Its error says
+// why the end could not be recorded (the term had ended, the database
+// failed); gocron ignores it.
+func (r *run) Unlock(context.Context) error {
+	r.once.Do(func() { close(r.unlock) })
+	<-r.done
+	return r.err
+}
+
+// Term returns the term and the run that this Locker holds for job now,
+// if any: the token of the term is the one to fence the run's writes with.
+// Prefer [Locker.Task], whose function gets them with a context that ends
+// with the term.
+func (l *Locker) Term(job string) (*pgleader.Term, pgleader.JobRun, bool) {
+	l.mu.Lock()
+	r := l.runs[job]
+	l.mu.Unlock()
+	if r == nil {
+		return nil, pgleader.JobRun{}, false
+	}
+	select {
+	case <-r.started:
+		return r.term, r.rec, true
+	default:
+		return nil, pgleader.JobRun{}, false
+	}
+}
+
+// Task adapts fn, a function as pgleader.Job's Run takes it, into a gocron
+// task function for the job named job (name the gocron job so, with
+// gocron.WithName): gocron.NewTask(locker.Task("digest", fn)). fn gets the
+// run's term, for its fencing token, and a context cancelled when the term
+// ends (lease lost, renewals failing) or when gocron cancels the job's
+// context (shutdown, job removed). fn's error is recorded as the run's
+// (state failed). Without a run held by this Locker for job, the function
+// returns [ErrNoRun] without calling fn.
+func (l *Locker) Task(job string, fn func(ctx context.Context, t *pgleader.Term, r pgleader.JobRun) error) func(context.Context) error {
+	return func(jobCtx context.Context) error {
+		l.mu.Lock()
+		r := l.runs[job]
+		l.mu.Unlock()
+		if r == nil {
+			return fmt.Errorf("%w: %q", ErrNoRun, job)
+		}
+		select {
+		case <-r.started:
+		default:
+			return fmt.Errorf("%w: %q", ErrNoRun, job)
+		}
+		ctx, cancel := context.WithCancel(r.ctx)
+		defer cancel()
+		stop := context.AfterFunc(jobCtx, cancel)
+		defer stop()
+		err := fn(ctx, r.term, r.rec)
+		r.fail = err
+		return err
+	}
+}
+
+// defaultOwner is pgleader's default owner, hostname:pid:random, drawn
+// once per Locker so that all its runs share it.
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d:%04x", host, os.Getpid(), rand.Uint32()&0xffff)
+}
