@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/robfig/cron/v3"
 
@@ -258,6 +259,10 @@ func RunJob(ctx context.Context, p *Postgres, job Job) error {
 	if err != nil {
 		return err
 	}
+	// The backend's lease connection stays open between instants, so a
+	// run's statements do not wait for a new session, nor for the pool's
+	// health check of a connection idle since the last instant.
+	defer p.holdConnections()()
 	return r.loop(ctx)
 }
 
@@ -358,7 +363,9 @@ func (r *jobRunner) schedule(ctx context.Context, next time.Time) error {
 	}
 	sent := jobclock.Now()
 	var db time.Time
-	err := r.p.db.QueryRow(ctx, `SELECT pgleader.job_schedule($1, $2, $3)`, exec, r.job.Name, r.sched.desc, nextArg).Scan(&db)
+	err := r.p.with(ctx, func(conn DB, _ *pgconn.PgConn) error {
+		return conn.QueryRow(ctx, `SELECT pgleader.job_schedule($1, $2, $3)`, exec, r.job.Name, r.sched.desc, nextArg).Scan(&db)
+	})
 	if err != nil {
 		return sqlError("job_schedule", err)
 	}
@@ -564,8 +571,10 @@ func (r *jobRunner) claim(ctx context.Context, t *Term) (bool, error) {
 	var outcome string
 	var db time.Time
 	var attempt pgtype.Int4
-	err := r.p.db.QueryRow(ctx, `SELECT outcome, db_now, attempt FROM pgleader.job_claim($1, $2, $3, $4, $5, $6)`, exec,
-		r.job.Name, r.instant, t.Owner(), t.Token(), retryUntil, fence).Scan(&outcome, &db, &attempt)
+	err := r.p.with(ctx, func(conn DB, _ *pgconn.PgConn) error {
+		return conn.QueryRow(ctx, `SELECT outcome, db_now, attempt FROM pgleader.job_claim($1, $2, $3, $4, $5, $6)`, exec,
+			r.job.Name, r.instant, t.Owner(), t.Token(), retryUntil, fence).Scan(&outcome, &db, &attempt)
+	})
 	if err != nil {
 		return false, sqlError("job_claim", err)
 	}
@@ -600,8 +609,10 @@ func (r *jobRunner) lead(ctx context.Context, t *Term) error {
 		msg = pgtype.Text{String: strings.ToValidUTF8(err.Error(), "?"), Valid: true}
 	}
 	var recorded bool
-	ferr := r.p.db.QueryRow(fctx, `SELECT pgleader.job_finish($1, $2, $3, $4, $5, $6, $7)`, exec,
-		run.Job, run.Instant, t.Owner(), run.Token, err == nil, msg, r.job.KeepRuns).Scan(&recorded)
+	ferr := r.p.with(fctx, func(conn DB, _ *pgconn.PgConn) error {
+		return conn.QueryRow(fctx, `SELECT pgleader.job_finish($1, $2, $3, $4, $5, $6, $7)`, exec,
+			run.Job, run.Instant, t.Owner(), run.Token, err == nil, msg, r.job.KeepRuns).Scan(&recorded)
+	})
 	switch {
 	case ferr != nil:
 		r.log.Warn("pgleader: job: could not record the run's end", "job", run.Job, "instant", run.Instant, "err", sqlError("job_finish", ferr))

@@ -169,14 +169,15 @@ func run(ctx context.Context) error {
 		s.Start()
 	}
 
-	// (c) pgleader.RunJob, three runners.
+	// (c) pgleader.RunJob, three runners, each with a backend of its own
+	// (its own lease connection), as in three replicas.
 	errs := make(chan error, replicas)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	for range replicas {
 		wg.Go(func() {
-			errs <- pgleader.RunJob(ctx, backend, pgleader.Job{Name: "bench-native", Every: time.Second, Logger: quiet,
+			errs <- pgleader.RunJob(ctx, pgleader.NewPostgres(pool, pgleader.WithLogger(quiet)), pgleader.Job{Name: "bench-native", Every: time.Second, Logger: quiet,
 				Run: func(_ context.Context, _ *pgleader.Term, r pgleader.JobRun) error {
 					native.add(r.Instant, time.Now())
 					return nil
