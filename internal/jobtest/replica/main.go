@@ -6,7 +6,7 @@
 // Usage:
 //
 //	replica -database URL -job NAME -owner NAME [-every 1s] [-at-least-once] [-retry-within D]
-//	        [-ttl D] [-fence NAME] [-work D] [-clock-ahead D] [-hang-first]
+//	        [-ttl D] [-fence NAME] [-keep-runs N] [-work D] [-clock-ahead D] [-hang-first]
 //
 // A run inserts its entry (instant, attempt, owner, token, and the fence's
 // token as the run found it), works for -work, then marks the entry
@@ -41,6 +41,7 @@ type config struct {
 	every, retryWithin, ttl     time.Duration
 	work, clockAhead            time.Duration
 	atLeastOnce, hangFirst      bool
+	keepRuns                    int
 }
 
 func main() {
@@ -51,6 +52,7 @@ func main() {
 	flag.DurationVar(&c.every, "every", time.Second, "the job's period")
 	flag.BoolVar(&c.atLeastOnce, "at-least-once", false, "retry a run whose replica died (Job.AtLeastOnce)")
 	flag.DurationVar(&c.retryWithin, "retry-within", 0, "Job.RetryWithin (with -at-least-once)")
+	flag.IntVar(&c.keepRuns, "keep-runs", 0, "Job.KeepRuns (default pgleader's)")
 	flag.DurationVar(&c.ttl, "ttl", 0, "the lease TTL of each run's term (default pgleader's)")
 	flag.StringVar(&c.fence, "fence", "", "Job.Fence: the fence `resource` each claim takes; the entries are written under it (default: a resource named after the job, taken by the writes only)")
 	flag.DurationVar(&c.work, "work", 0, "how long a run works between its entry and its completion")
@@ -97,6 +99,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		AtLeastOnce: c.atLeastOnce,
 		RetryWithin: c.retryWithin,
 		Fence:       c.fence,
+		KeepRuns:    c.keepRuns,
 		Spec:        pgleader.Spec{TTL: c.ttl},
 		Owner:       c.owner,
 		Logger:      log,
