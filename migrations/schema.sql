@@ -1182,6 +1182,7 @@ DECLARE
     c name := pgleader._caller();
     r pgleader.job_run;
     result text;
+    inserted boolean := false;
 BEGIN
     PERFORM pgleader._check_args(p_job, p_owner, NULL, true, false);
     IF p_instant IS NULL OR p_token IS NULL THEN
@@ -1201,15 +1202,23 @@ BEGIN
         RETURN QUERY SELECT 'early'::text, t, NULL::text, NULL::text, NULL::bigint, NULL::integer, NULL::timestamptz;
         RETURN;
     END IF;
-    INSERT INTO pgleader.job_run AS jr (job, instant, state, owner, token, attempt, started_at)
-    VALUES (p_job, p_instant, 'running', p_owner, p_token, 1, t)
-    ON CONFLICT (job, instant) DO NOTHING
-    RETURNING * INTO r;
-    IF FOUND THEN
+    -- A run is never inserted for an instant older than one recorded: such
+    -- an instant was passed over, or its run was deleted by job_finish's
+    -- keep, and running it now could run it twice.
+    IF NOT EXISTS (SELECT 1 FROM pgleader.job_run AS jr WHERE jr.job = p_job AND jr.instant > p_instant) THEN
+        INSERT INTO pgleader.job_run AS jr (job, instant, state, owner, token, attempt, started_at)
+        VALUES (p_job, p_instant, 'running', p_owner, p_token, 1, t)
+        ON CONFLICT (job, instant) DO NOTHING
+        RETURNING * INTO r;
+        inserted := FOUND;
+    END IF;
+    IF inserted THEN
         result := 'run';
     ELSE
         SELECT * INTO r FROM pgleader.job_run AS jr WHERE jr.job = p_job AND jr.instant = p_instant FOR UPDATE;
-        IF r.state = 'running' AND r.token = p_token AND r.owner = p_owner THEN
+        IF NOT FOUND THEN
+            result := 'skip';
+        ELSIF r.state = 'running' AND r.token = p_token AND r.owner = p_owner THEN
             result := 'run';
         ELSIF r.state = 'running' AND r.token < p_token AND p_retry_until IS NOT NULL AND t <= p_retry_until THEN
             UPDATE pgleader.job_run AS jr

@@ -53,7 +53,10 @@ type Job struct {
 	// failed and is not retried either way.
 	AtLeastOnce bool
 	// RetryWithin is how long after its instant a run may still be taken
-	// over (AtLeastOnce only). Default: until the next instant.
+	// over (AtLeastOnce only). Default: until the next instant or two TTLs
+	// after the instant, whichever is later (a dead runner's lease lapses
+	// within a TTL). A runner that starts takes over the runs left running
+	// whose RetryWithin has not passed, before its first instant.
 	RetryWithin time.Duration
 
 	// Missed says what a runner does with an instant it did not reach in
@@ -394,6 +397,14 @@ func (r *jobRunner) loop(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, r.spec.TTL/2)
 	}
+	if r.job.AtLeastOnce {
+		if err := r.retryLeft(ctx); err != nil {
+			if Permanent(err) {
+				return err
+			}
+			r.log.Warn("pgleader: job: cannot read the runs left running; going on", "job", r.job.Name, "err", err)
+		}
+	}
 	now := r.now()
 	pending := r.sched.Next(now)
 	if latest := r.catchUp(now); !latest.IsZero() {
@@ -477,13 +488,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // attempt tries the instant until it ran here, was run elsewhere, or may no
 // longer start; it returns only errors that end RunJob.
 func (r *jobRunner) attempt(ctx context.Context, instant time.Time) error {
-	retryUntil := time.Time{}
-	if r.job.AtLeastOnce {
-		retryUntil = r.sched.Next(instant)
-		if r.job.RetryWithin > 0 {
-			retryUntil = instant.Add(r.job.RetryWithin)
-		}
-	}
+	retryUntil := r.retryUntil(instant)
 	startBy := instant.Add(r.startWithin())
 	if r.job.Missed == MissedRunLatest {
 		startBy = r.sched.Next(instant)
@@ -553,16 +558,53 @@ func (r *jobRunner) attempt(ctx context.Context, instant time.Time) error {
 	return nil
 }
 
+// retryUntil is when the run of instant may no longer be taken over (zero
+// unless AtLeastOnce): RetryWithin after it, by default the next instant or
+// two TTLs after it, whichever is later, so that a dead runner's lease can
+// lapse before the time is up.
+func (r *jobRunner) retryUntil(instant time.Time) time.Time {
+	if !r.job.AtLeastOnce {
+		return time.Time{}
+	}
+	if r.job.RetryWithin > 0 {
+		return instant.Add(r.job.RetryWithin)
+	}
+	until := instant.Add(2 * r.spec.TTL)
+	if next := r.sched.Next(instant); next.After(until) {
+		until = next
+	}
+	return until
+}
+
+// retryLeft attempts, oldest first, the runs left running that may still be
+// taken over (AtLeastOnce): a runner that starts after its predecessor died
+// in a run takes it over, even if later instants went by.
+func (r *jobRunner) retryLeft(ctx context.Context) error {
+	var instants []time.Time
+	err := r.p.with(ctx, func(conn DB, _ *pgconn.PgConn) error {
+		return conn.QueryRow(ctx, `SELECT coalesce(array_agg(instant ORDER BY instant), '{}') FROM pgleader.job_runs($1, 1000) WHERE state = 'running'`,
+			exec, r.job.Name).Scan(&instants)
+	})
+	if err != nil {
+		return sqlError("job_runs", err)
+	}
+	for _, instant := range instants {
+		if ctx.Err() != nil || !r.retryUntil(instant).After(r.now()) {
+			continue
+		}
+		if err := r.attempt(ctx, instant); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // claim is the term's Claim hook: it claims the instant's run.
 func (r *jobRunner) claim(ctx context.Context, t *Term) (bool, error) {
 	var fence pgtype.Text
 	var retryUntil pgtype.Timestamptz
-	if r.job.AtLeastOnce {
-		until := r.sched.Next(r.instant)
-		if r.job.RetryWithin > 0 {
-			until = r.instant.Add(r.job.RetryWithin)
-		}
-		retryUntil = pgtype.Timestamptz{Time: until, Valid: !until.IsZero()}
+	if until := r.retryUntil(r.instant); !until.IsZero() {
+		retryUntil = pgtype.Timestamptz{Time: until, Valid: true}
 	}
 	if r.job.Fence != "" {
 		fence = pgtype.Text{String: r.job.Fence, Valid: true}
