@@ -37,7 +37,7 @@ func TestAtLeastOnceAfterRestart(t *testing.T) {
 		time.Sleep(min(restartAt.Sub(now), 100*time.Millisecond))
 	}
 	c2 := start(t, bin, "c2", common...)
-	h = waitFor(t, db.Pool, job, every, "3 runs of C2", func(h history) bool {
+	waitFor(t, db.Pool, job, every, "3 runs of C2", func(h history) bool {
 		n := 0
 		for _, r := range h.runs {
 			if r.Owner == "c2" {
