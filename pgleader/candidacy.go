@@ -146,8 +146,13 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 		e.c.floor, e.c.floorRead = floor, true
 	}
 	sent := time.Now()
-	actx, cancel := context.WithDeadline(ctx, e.spec.yieldAt(sent))
+	// The statement outlives a cancellation of ctx by up to ReleaseTimeout:
+	// a campaign cut off before its answer may still have won on the
+	// server, and only its answer says which token to release.
+	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), e.spec.yieldAt(sent))
 	defer cancel()
+	stopWatch := context.AfterFunc(ctx, func() { time.AfterFunc(e.spec.ReleaseTimeout, cancel) })
+	defer stopWatch()
 	// Campaign even when not registering, so that a term won records this
 	// replica's priority.
 	c := Candidate{Owner: e.opts.Owner, Priority: e.opts.Priority, Value: e.opts.Value}
@@ -155,8 +160,41 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 		c.TTL = e.spec.TTL + e.spec.Margin
 	}
 	lease, won, err := e.backend.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
+	if cerr := ctx.Err(); cerr != nil {
+		// Stopping: no term starts now, and none won is left held.
+		switch {
+		case err == nil && won:
+			rctx, rcancel := context.WithTimeout(context.Background(), e.spec.ReleaseTimeout)
+			_, _ = e.backend.Release(rctx, e.spec.Key, e.opts.Owner, lease.Token)
+			rcancel()
+		case err != nil:
+			e.releaseUnanswered()
+		}
+		if err == nil {
+			err = fmt.Errorf("pgleader: campaign: %w", cerr)
+		}
+		return Lease{}, time.Time{}, false, e.fail(err)
+	}
 	if err != nil {
 		return Lease{}, time.Time{}, false, e.fail(err)
 	}
 	return lease, sent, won, nil
+}
+
+// releaseUnanswered releases the lease if this replica holds it after a
+// campaign that the caller's context cancelled went unanswered for
+// ReleaseTimeout: the statement may have committed on the server, and
+// nobody would release that term before its TTL ran out (the replica is
+// stopping). The lease is this replica's if it holds it under its owner
+// name. A statement that commits after this read is not caught.
+func (e *Elector) releaseUnanswered() {
+	ctx, cancel := context.WithTimeout(context.Background(), e.spec.ReleaseTimeout)
+	defer cancel()
+	l, err := e.backend.Lease(ctx, e.spec.Key)
+	if err != nil || !l.Held() || l.Holder != e.opts.Owner {
+		return
+	}
+	if released, err := e.backend.Release(ctx, e.spec.Key, e.opts.Owner, l.Token); err == nil && released {
+		e.log.Info("released a term won by a campaign cancelled before its answer", "key", e.spec.Key, "owner", e.opts.Owner, "token", l.Token)
+	}
 }

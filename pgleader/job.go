@@ -39,9 +39,11 @@ type Job struct {
 	Every time.Duration
 	// Cron runs the job at the instants of a cron expression: five fields
 	// (minute, hour, day of month, month, day of week) or a descriptor
-	// (@hourly, @daily, @every 10m, …), in UTC unless it begins with
-	// CRON_TZ=Area/City. Parsed by github.com/robfig/cron/v3's standard
-	// parser.
+	// (@hourly, @daily, …), in UTC unless it begins with CRON_TZ=Area/City.
+	// Parsed by github.com/robfig/cron/v3's standard parser, except
+	// "@every D", which is Every: D (counted from the Unix epoch, so that
+	// every replica finds the same instants; the parser counts from the
+	// moment it is asked).
 	Cron string
 
 	// AtLeastOnce retries a run that did not record its end: its replica
@@ -171,6 +173,15 @@ func ParseSchedule(every time.Duration, expr string) (JobSchedule, error) {
 		}
 		return JobSchedule{every: every, desc: "every " + every.String()}, nil
 	case expr != "":
+		if d, ok, err := cronEvery(expr); ok {
+			if err != nil {
+				return JobSchedule{}, invalidf("cron expression %q: %v", expr, err)
+			}
+			if d < time.Second {
+				return JobSchedule{}, invalidf("cron expression %q: @every must be at least 1s, got %v", expr, d)
+			}
+			return JobSchedule{every: d, desc: "every " + d.String()}, nil
+		}
 		s, err := cron.ParseStandard(expr)
 		if err != nil {
 			return JobSchedule{}, invalidf("cron expression %q: %v", expr, err)
@@ -181,6 +192,23 @@ func ParseSchedule(every time.Duration, expr string) (JobSchedule, error) {
 		return JobSchedule{cron: s, desc: "cron " + expr}, nil
 	}
 	return JobSchedule{}, invalidf("a job needs Every or Cron")
+}
+
+// cronEvery reports whether expr is "@every D" (after an optional time
+// zone, which does not matter to it) and parses D.
+func cronEvery(expr string) (time.Duration, bool, error) {
+	f := strings.Fields(expr)
+	if len(f) > 0 && (strings.HasPrefix(f[0], "CRON_TZ=") || strings.HasPrefix(f[0], "TZ=")) {
+		f = f[1:]
+	}
+	if len(f) == 0 || f[0] != "@every" {
+		return 0, false, nil
+	}
+	if len(f) != 2 {
+		return 0, true, fmt.Errorf("@every takes one duration")
+	}
+	d, err := time.ParseDuration(f[1])
+	return d, true, err
 }
 
 // String describes the schedule ("every 1h0m0s", "cron 0 3 * * *").

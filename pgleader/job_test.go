@@ -445,3 +445,23 @@ func TestJobRoles(t *testing.T) {
 		t.Fatalf("RunJob as role b = %v, want ErrForbidden naming %s", err, roleA)
 	}
 }
+
+// TestJobCronEvery: "@every D" is Every D, counted from the epoch: two
+// replicas reading their clocks two seconds apart wait for the same instant
+// (robfig/cron counts @every from the moment it is asked).
+func TestJobCronEvery(t *testing.T) {
+	t.Parallel()
+	s, err := pgleader.ParseSchedule(0, "CRON_TZ=Europe/Paris @every 10s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
+	if a, b := s.Next(base.Add(time.Second)), s.Next(base.Add(3*time.Second)); !a.Equal(b) || !a.Equal(base.Add(10*time.Second)) {
+		t.Fatalf("@every 10s after :01 and :03: %v and %v, want both %v", a, b, base.Add(10*time.Second))
+	}
+	for _, bad := range []string{"@every 500ms", "@every", "@every ten", "@every 1s 2s"} {
+		if _, err := pgleader.ParseSchedule(0, bad); !errors.Is(err, pgleader.ErrInvalid) {
+			t.Errorf("ParseSchedule(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}
