@@ -30,8 +30,9 @@ const (
 	// (pgleader.RunJob), by outcome: ok or failed.
 	MetricJobRuns = "pgleader.job.runs"
 	// MetricJobSkips counts the scheduled instants this replica did not
-	// run, by why: elsewhere (another replica ran or runs it) or missed (no
-	// replica reached it in time).
+	// run, by why: elsewhere (another replica ran or runs it) or missed
+	// (this replica passed it over: busy, late or cut off; another may have
+	// run it).
 	MetricJobSkips = "pgleader.job.skips"
 )
 

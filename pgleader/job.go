@@ -459,6 +459,22 @@ func (r *jobRunner) loop(ctx context.Context) error {
 		if err := r.attempt(ctx, pending); err != nil {
 			return err
 		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if r.job.AtLeastOnce {
+			// A run left running by a runner that died since (the lease
+			// then lapses) is taken over here, whatever its instant.
+			if err := r.retryLeft(ctx); err != nil {
+				if Permanent(err) {
+					return err
+				}
+				r.log.Warn("pgleader: job: cannot read the runs left running; going on", "job", r.job.Name, "err", err)
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+		}
 		now := r.now()
 		next := r.sched.Next(pending)
 		if !next.IsZero() && !next.After(now) {
@@ -553,12 +569,18 @@ func (r *jobRunner) attempt(ctx context.Context, instant time.Time) error {
 				return nil
 			}
 			// At least once: look again once the holder's lease could have
-			// lapsed, to take over a run it left.
-			wait := r.spec.RenewEvery
+			// lapsed, to take over a run it left (at once if the holder
+			// already let it go), but not past the next instant: a run left
+			// later is taken over after an instant (retryLeft).
+			wait := MinInterval
 			if l, lerr := r.p.Lease(ctx, r.job.Name); lerr == nil && l.Held() {
 				wait = min(l.Remaining()+MinInterval, r.spec.TTL)
 			}
-			if r.now().Add(wait).After(startBy) {
+			giveUp := startBy
+			if next := r.sched.Next(instant); !next.IsZero() && next.Before(giveUp) && next.After(r.now()) {
+				giveUp = next
+			}
+			if r.now().Add(wait).After(giveUp) {
 				r.observe(ObserveJobSkipped, instant, false, 0, nil)
 				return nil
 			}
@@ -605,12 +627,17 @@ func (r *jobRunner) retryUntil(instant time.Time) time.Time {
 }
 
 // retryLeft attempts, oldest first, the runs left running that may still be
-// taken over (AtLeastOnce): a runner that starts after its predecessor died
-// in a run takes it over, even if later instants went by.
+// taken over (AtLeastOnce), when nobody holds the job's lease: a run left
+// running then has no live term. RunJob calls it when it starts (a runner
+// replacing one that died in a run takes it over, even if later instants
+// went by) and after each instant (a runner that died while the others
+// were on other instants), one statement each time.
 func (r *jobRunner) retryLeft(ctx context.Context) error {
 	var instants []time.Time
 	err := r.p.with(ctx, func(conn DB, _ *pgconn.PgConn) error {
-		return conn.QueryRow(ctx, `SELECT coalesce(array_agg(instant ORDER BY instant), '{}') FROM pgleader.job_runs($1, 1000) WHERE state = 'running'`,
+		return conn.QueryRow(ctx, `SELECT coalesce(array_agg(r.instant ORDER BY r.instant), '{}')
+			FROM pgleader.job_runs($1, 1000) AS r
+			WHERE r.state = 'running' AND (SELECT l.holder FROM pgleader.lease($1) AS l) IS NULL`,
 			exec, r.job.Name).Scan(&instants)
 	})
 	if err != nil {

@@ -465,3 +465,42 @@ func TestJobCronEvery(t *testing.T) {
 		}
 	}
 }
+
+// TestJobTakesOverAfterAnInstant: a runner that starts while a dead
+// runner's lease still holds (so it cannot take its run over yet) takes it
+// over after one of its own instants, once the lease lapsed: a run left on
+// an instant no live runner is attempting is not left forever.
+func TestJobTakesOverAfterAnInstant(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var now time.Time
+	if err := db.Pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	left := now.Truncate(time.Second).Add(-5 * time.Second).UTC()
+	dead := deadRun(t, db.Pool, "tick", left, 2*time.Second, "")
+	retried := make(chan pgleader.JobRun, 1)
+	stop := runJob(t, db.NewPool(t), pgleader.Job{Name: "tick", Every: time.Second, AtLeastOnce: true, RetryWithin: time.Minute,
+		Owner: "b", Spec: jobSpec(),
+		Run: func(_ context.Context, _ *pgleader.Term, r pgleader.JobRun) error {
+			if r.Instant.Equal(left) {
+				retried <- r
+			}
+			return nil
+		}})
+	select {
+	case r := <-retried:
+		if r.Attempt != 2 || r.Token <= dead {
+			t.Fatalf("took over %+v; want attempt 2 with a token above %d", r, dead)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the run left at " + left.String() + " was not taken over in 20 s")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	if err := db.Pool.QueryRow(context.Background(), `SELECT state FROM pgleader.job_run WHERE job = 'tick' AND instant = $1`, left).Scan(&state); err != nil || state != "done" {
+		t.Fatalf("the run left at %v is %q (%v), want done", left, state, err)
+	}
+}

@@ -30,8 +30,10 @@ const (
 	// done).
 	ObserveJobRun
 	// ObserveJobSkipped: this runner did not run the job's Instant: another
-	// runner ran it or runs it, or (Missed) no runner reached it in time,
-	// Err then saying why if an error was the cause.
+	// runner ran it or runs it, or (Missed) this runner passed it over —
+	// it was busy with an earlier run, started late, or could not reach the
+	// database in time (Err then says why) — and another runner may or may
+	// not have run it: the job's runs (pgleader.job_run) say which.
 	ObserveJobSkipped
 )
 
@@ -44,8 +46,8 @@ type Observation struct {
 	Reason EndReason     // for TermEnding and TermEnded
 	Took   time.Duration // for Renewed: the renewal's round trip; for JobRun: the run's
 	Err    error         // for Renewed, ClaimRefused, JobRun and JobSkipped
-	// For JobRun and JobSkipped: the scheduled instant, and whether it was
-	// missed (no runner reached it in time).
+	// For JobRun and JobSkipped: the scheduled instant, and whether this
+	// runner passed it over (see ObserveJobSkipped).
 	Instant time.Time
 	Missed  bool
 }
