@@ -719,7 +719,7 @@ func (r *setRun) start(l Lease, sent time.Time) {
 		return
 	}
 	go func() {
-		err := runBody(ctx, t, s.opts.Claim, s.opts.Lead, s.fail, func() { s.leading(t) }, fmt.Sprintf("body of key %q", t.key))
+		err := runBody(ctx, t, s.opts.Claim, s.opts.Lead, s.fail, func() { s.leading(t) }, true)
 		cancelled := ctx.Err() != nil
 		r.done <- func() { r.bodyReturned(st, err, cancelled) }
 	}()
