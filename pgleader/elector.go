@@ -312,7 +312,7 @@ type termEnd struct {
 // once the term has lasted RenewEvery. It drives the term's machine
 // (internal/lifecycle), which makes every decision.
 func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound time.Duration, announce bool, settled func()) termEnd {
-	t := newTerm(e.spec.Key, e.opts.Owner, token, sent)
+	t := newElectorTerm(e.spec.Key, e.opts.Owner, token, sent)
 	defer close(t.over)
 	log := e.log.With("token", token)
 	tm := e.spec.timing()

@@ -525,7 +525,6 @@ func (r *setRun) armRenew(next time.Time) {
 func (r *setRun) over(t *Term) {
 	r.s.observe(Observation{Kind: ObserveTermEnded, Key: t.key, Token: t.token, Reason: t.Reason()})
 	r.s.log.Info("term ended", "key", t.key, "token", t.token, "reason", t.Reason().String())
-	close(t.over)
 }
 
 // candidates returns the set's keys this replica neither holds nor is
