@@ -212,6 +212,7 @@ type setRun struct {
 	releasing map[string]ending   // keys whose release is queued or in flight
 	pending   []string            // queued for release, in order
 	notes     map[lifecycle.Note]int
+	tm        *lifecycle.Timing // the terms' (see timing)
 
 	nLive    int // terms in terms with no end reason yet
 	members  []SetMember
@@ -693,9 +694,7 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 func (r *setRun) start(l Lease, sent time.Time) {
 	s := r.s
 	t := newTerm(l.Key, s.opts.Owner, l.Token, sent)
-	tm := s.spec.timing()
-	tm.CancelOnStop = s.opts.CancelOnStop
-	m, act := lifecycle.Start(tm, sent, s.spec.TTL, time.Now())
+	m, act := lifecycle.Start(r.timing(), sent, s.spec.TTL, time.Now())
 	t.setTimeline(m.SafeEnd(), m.YieldAt())
 	s.mu.Lock()
 	_, wanted := s.keys[l.Key]
@@ -733,6 +732,19 @@ func (s *Set) leading(t *Term) {
 		s.log.Debug("leading", "key", t.key, "token", t.token)
 	}
 	s.observe(Observation{Kind: ObserveTermStarted, Key: t.key, Token: t.token})
+}
+
+// timing is the Timing of a term that starts now. The run's terms share
+// one while it stays the same (internal/hook.NoYield may change it): a copy
+// per term would cost 64 bytes per held key.
+func (r *setRun) timing() *lifecycle.Timing {
+	tm := *r.s.spec.timing()
+	tm.CancelOnStop = r.s.opts.CancelOnStop
+	if r.tm == nil || *r.tm != tm {
+		shared := tm
+		r.tm = &shared
+	}
+	return r.tm
 }
 
 func (r *setRun) bodyReturned(st *setTerm, err error, cancelled bool) {
