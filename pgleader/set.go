@@ -205,8 +205,9 @@ type setTerm struct {
 // statement per renewal tick, campaign and batch of releases for all of
 // them, and wakes at the earliest instant any machine needs.
 type setRun struct {
-	s   *Set
-	ctx context.Context
+	s      *Set
+	ctx    context.Context
+	bodies context.Context // ctx without its cancellation: the bodies' contexts' parent
 
 	terms     map[string]*setTerm // won and not yet released (or forgotten)
 	releasing map[string]ending   // keys whose release is queued or in flight
@@ -246,7 +247,7 @@ type setRun struct {
 
 func newSetRun(s *Set, ctx context.Context) *setRun {
 	return &setRun{
-		s: s, ctx: ctx,
+		s: s, ctx: ctx, bodies: context.WithoutCancel(ctx),
 		terms:     make(map[string]*setTerm),
 		releasing: make(map[string]ending),
 		notes:     make(map[lifecycle.Note]int),
@@ -705,7 +706,7 @@ func (r *setRun) start(l Lease, sent time.Time) {
 		r.over(t)
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.ctx))
+	ctx, cancel := context.WithCancel(r.bodies)
 	st := &setTerm{t: t, m: m, sent: sent, cancel: cancel}
 	r.terms[l.Key] = st
 	r.nLive++
