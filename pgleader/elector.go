@@ -312,7 +312,7 @@ type termEnd struct {
 // once the term has lasted RenewEvery. It drives the term's machine
 // (internal/lifecycle), which makes every decision.
 func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound time.Duration, announce bool, settled func()) termEnd {
-	t := newTerm(e.spec.Key, e.opts.Owner, token, sent)
+	t := newElectorTerm(e.spec.Key, e.opts.Owner, token, sent)
 	defer close(t.over)
 	log := e.log.With("token", token)
 	tm := e.spec.timing()
@@ -340,7 +340,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 				e.mu.Unlock()
 				log.Info("leading")
 				e.observe(Observation{Kind: ObserveTermStarted, Token: token})
-			}, "body")
+			}, false)
 			bodyDone <- bodyResult{err: err, cancelled: bodyCtx.Err() != nil}
 		}()
 		aside := e.aside(ctx, t, announce, settled)
@@ -455,11 +455,16 @@ var errRefused = errors.New("pgleader: claim refused the token")
 
 // runBody runs claim (if not nil) and then lead for term t, calling started
 // between them; a Claim error is also passed to fail. A panic becomes an
-// error naming what panicked, so the term still ends and releases.
+// error naming the body that panicked (with ofKey, the body of t's key), so
+// the term still ends and releases.
 func runBody(ctx context.Context, t *Term, claim func(context.Context, *Term) (bool, error),
-	lead func(context.Context, *Term) error, fail func(error), started func(), what string) (err error) {
+	lead func(context.Context, *Term) error, fail func(error), started func(), ofKey bool) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
+			what := "body"
+			if ofKey {
+				what = fmt.Sprintf("body of key %q", t.key)
+			}
 			err = fmt.Errorf("pgleader: %s panicked: %v\n%s", what, p, debug.Stack())
 		}
 	}()

@@ -205,13 +205,15 @@ type setTerm struct {
 // statement per renewal tick, campaign and batch of releases for all of
 // them, and wakes at the earliest instant any machine needs.
 type setRun struct {
-	s   *Set
-	ctx context.Context
+	s      *Set
+	ctx    context.Context
+	bodies context.Context // ctx without its cancellation: the bodies' contexts' parent
 
 	terms     map[string]*setTerm // won and not yet released (or forgotten)
 	releasing map[string]ending   // keys whose release is queued or in flight
 	pending   []string            // queued for release, in order
 	notes     map[lifecycle.Note]int
+	tm        *lifecycle.Timing // the terms' (see timing)
 
 	nLive    int // terms in terms with no end reason yet
 	members  []SetMember
@@ -245,7 +247,7 @@ type setRun struct {
 
 func newSetRun(s *Set, ctx context.Context) *setRun {
 	return &setRun{
-		s: s, ctx: ctx,
+		s: s, ctx: ctx, bodies: context.WithoutCancel(ctx),
 		terms:     make(map[string]*setTerm),
 		releasing: make(map[string]ending),
 		notes:     make(map[lifecycle.Note]int),
@@ -525,7 +527,6 @@ func (r *setRun) armRenew(next time.Time) {
 func (r *setRun) over(t *Term) {
 	r.s.observe(Observation{Kind: ObserveTermEnded, Key: t.key, Token: t.token, Reason: t.Reason()})
 	r.s.log.Info("term ended", "key", t.key, "token", t.token, "reason", t.Reason().String())
-	close(t.over)
 }
 
 // candidates returns the set's keys this replica neither holds nor is
@@ -694,9 +695,7 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 func (r *setRun) start(l Lease, sent time.Time) {
 	s := r.s
 	t := newTerm(l.Key, s.opts.Owner, l.Token, sent)
-	tm := s.spec.timing()
-	tm.CancelOnStop = s.opts.CancelOnStop
-	m, act := lifecycle.Start(tm, sent, s.spec.TTL, time.Now())
+	m, act := lifecycle.Start(r.timing(), sent, s.spec.TTL, time.Now())
 	t.setTimeline(m.SafeEnd(), m.YieldAt())
 	s.mu.Lock()
 	_, wanted := s.keys[l.Key]
@@ -707,7 +706,7 @@ func (r *setRun) start(l Lease, sent time.Time) {
 		r.over(t)
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.ctx))
+	ctx, cancel := context.WithCancel(r.bodies)
 	st := &setTerm{t: t, m: m, sent: sent, cancel: cancel}
 	r.terms[l.Key] = st
 	r.nLive++
@@ -718,15 +717,35 @@ func (r *setRun) start(l Lease, sent time.Time) {
 		r.step(l.Key, st, act)
 		return
 	}
-	log := s.log.With("key", l.Key, "token", l.Token)
 	go func() {
-		err := runBody(ctx, t, s.opts.Claim, s.opts.Lead, s.fail, func() {
-			log.Debug("leading")
-			s.observe(Observation{Kind: ObserveTermStarted, Key: t.key, Token: t.token})
-		}, fmt.Sprintf("body of key %q", t.key))
+		err := runBody(ctx, t, s.opts.Claim, s.opts.Lead, s.fail, func() { s.leading(t) }, true)
 		cancelled := ctx.Err() != nil
 		r.done <- func() { r.bodyReturned(st, err, cancelled) }
 	}()
+}
+
+// leading logs and observes that t's body starts, on the body's goroutine.
+// The Enabled check keeps slog's record off that goroutine's stack when
+// debug lines are not wanted: Logger.log's frame alone would grow every
+// body's stack from 2 KB to 4 KB, for the whole term.
+func (s *Set) leading(t *Term) {
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("leading", "key", t.key, "token", t.token)
+	}
+	s.observe(Observation{Kind: ObserveTermStarted, Key: t.key, Token: t.token})
+}
+
+// timing is the Timing of a term that starts now. The run's terms share
+// one while it stays the same (internal/hook.NoYield may change it): a copy
+// per term would cost 64 bytes per held key.
+func (r *setRun) timing() *lifecycle.Timing {
+	tm := *r.s.spec.timing()
+	tm.CancelOnStop = r.s.opts.CancelOnStop
+	if r.tm == nil || *r.tm != tm {
+		shared := tm
+		r.tm = &shared
+	}
+	return r.tm
 }
 
 func (r *setRun) bodyReturned(st *setTerm, err error, cancelled bool) {

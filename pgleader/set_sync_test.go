@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -265,8 +266,8 @@ func TestSetBodyPanicTouchesNoOtherKey(t *testing.T) {
 		if second == nil || second.Token() != 2 || !second.Live() {
 			t.Fatalf("the key was not won again after the panic: %+v", second)
 		}
-		if err := r.set.Status().LastError; err == nil {
-			t.Fatal("the panic is not in LastError")
+		if err := r.set.Status().LastError; err == nil || !strings.Contains(err.Error(), `body of key "k-002" panicked: boom`) {
+			t.Fatalf("LastError = %v; want the panic, naming the key", err)
 		}
 		r.stop(t)
 	})

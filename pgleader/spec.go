@@ -144,8 +144,8 @@ func (s Spec) resolve() (Spec, error) {
 // timing is s's durations for the term machine (internal/lifecycle), with
 // the fault checker's switch internal/hook.NoYield read once, as a term
 // starts.
-func (s Spec) timing() lifecycle.Timing {
-	return lifecycle.Timing{TTL: s.TTL, RenewEvery: s.RenewEvery, CampaignEvery: s.CampaignEvery, Margin: s.Margin,
+func (s Spec) timing() *lifecycle.Timing {
+	return &lifecycle.Timing{TTL: s.TTL, RenewEvery: s.RenewEvery, CampaignEvery: s.CampaignEvery, Margin: s.Margin,
 		YieldGrace: s.YieldGrace, ReleaseTimeout: s.ReleaseTimeout, NoYield: hook.NoYield.Load()}
 }
 

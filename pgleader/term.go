@@ -70,8 +70,10 @@ type Term struct {
 	token      int64
 	started    time.Time
 	ending     chan struct{}
-	resign     chan struct{} // closed by StepDown; see Elector.lead
-	over       chan struct{} // closed when the term is over and released
+	// An Elector's term only (newElectorTerm); nil in a Set's terms, which
+	// nothing resigns or waits on this way.
+	resign chan struct{} // closed by StepDown; see Elector.lead
+	over   chan struct{} // closed when the term is over and released
 
 	mu       sync.Mutex
 	reason   EndReason
@@ -80,9 +82,19 @@ type Term struct {
 	renewed  time.Time // s: the last successful acquire or renew was sent
 }
 
+// newTerm returns a Set's term. Each channel costs about 100 bytes per
+// held key, so it has only the one its body watches.
 func newTerm(key, owner string, token int64, started time.Time) *Term {
 	return &Term{key: key, owner: owner, token: token, started: started, renewed: started,
-		ending: make(chan struct{}), resign: make(chan struct{}), over: make(chan struct{})}
+		ending: make(chan struct{})}
+}
+
+// newElectorTerm returns an Elector's term, which StepDown and Transfer
+// can resign and wait on.
+func newElectorTerm(key, owner string, token int64, started time.Time) *Term {
+	t := newTerm(key, owner, token, started)
+	t.resign, t.over = make(chan struct{}), make(chan struct{})
+	return t
 }
 
 // Key returns the term's key.

@@ -92,26 +92,28 @@ type Actions struct {
 	Note                     Note
 }
 
-// Machine is one term.
+// Machine is one term. A Set keeps one per held key, so its fields are
+// ordered to pack and its Timing is shared.
 type Machine struct {
-	tm                         Timing
+	tm                         *Timing // read only, shared by the driver's terms
 	safeEnd, cancelAt, yieldAt time.Time
 	renewAt                    time.Time // zero while renewing or when no renewal is due
-	renewing, renewFailed      bool
-	reason                     Reason
-	lost                       bool      // the lease is not this term's any more
 	softAt                     time.Time // when a stop or resignation asked the term to end
-	running                    bool      // the body has not returned
 	cancelledAt                time.Time
 	releaseAt                  time.Time // the release is held until then
+	reason                     Reason
+	renewing, renewFailed      bool
+	lost                       bool // the lease is not this term's any more
+	running                    bool // the body has not returned
 	over                       bool
 }
 
 // Start begins the term won by a statement sent at sent, with bound left
 // then (TTL, or what a hand-off gave a term believed on a read), at now.
 // A term answered at or after its yield instant never runs its body: it is
-// released at once (Actions.Release), ending as expiring.
-func Start(tm Timing, sent time.Time, bound time.Duration, now time.Time) (*Machine, Actions) {
+// released at once (Actions.Release), ending as expiring. The machine keeps
+// tm, which must not change while it runs.
+func Start(tm *Timing, sent time.Time, bound time.Duration, now time.Time) (*Machine, Actions) {
 	m := &Machine{tm: tm, running: true}
 	m.safeEnd, m.cancelAt, m.yieldAt = tm.Timeline(sent, bound)
 	// The first renewal comes as much sooner as the bound is short of TTL.

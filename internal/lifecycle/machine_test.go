@@ -151,7 +151,7 @@ func TestTimeline(t *testing.T) {
 				var got Actions
 				switch s.ev {
 				case "start", "start-late":
-					m, got = Start(tm, t0, bound, now)
+					m, got = Start(&tm, t0, bound, now)
 				case "renew":
 					if _, ok := m.StartRenewal(now); ok {
 						sent = now
@@ -206,7 +206,7 @@ func checkAt(t *testing.T, what string, got time.Time, want int64, ms func(int64
 // the machine asks for anything again.
 func TestOverIsFinal(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	m, _ := Start(recipe, t0, recipe.TTL, t0)
+	m, _ := Start(&recipe, t0, recipe.TTL, t0)
 	if act := m.BodyDone(false, false, false, t0.Add(time.Second)); !act.Release {
 		t.Fatalf("BodyDone: %+v, want a release", act)
 	}
