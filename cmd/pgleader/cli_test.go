@@ -34,6 +34,7 @@ func TestCLI(t *testing.T) {
 		// subtests at a time, and these wait more than they work.
 		{"RunEveryAtMostOnce", testRunEveryAtMostOnce},
 		{"RunEveryAtLeastOnce", testRunEveryAtLeastOnce},
+		{"RunEveryAtLeastOnceShortPeriod", testRunEveryAtLeastOnceShortPeriod},
 		{"Usage", testUsage},
 		{"Migrate", testMigrate},
 		{"MigrateTo", testMigrateTo},

@@ -390,17 +390,41 @@ sleep 0.3
 // attempt 2 with a higher token; every other instant runs once, as attempt
 // 1, and every run is recorded done.
 //
-// The period is longer than the TTL (2s): a replica that lost an instant
+// The period is longer than the TTL (2 s): a replica that lost an instant
 // waits out the winner's lease before it looks again, and a replica takes
-// over only a run of the instant it is trying. With a period shorter than
-// the TTL the losers of one instant can come back after the next, skip it
-// for the latest, and so never try the run that hangs there: every 2 s
-// with a TTL of 3 s, that instant was not run again in two runs of three.
+// over only a run of the instant it is trying (see
+// testRunEveryAtLeastOnceShortPeriod).
 func testRunEveryAtLeastOnce(t *testing.T, bin string) {
+	runEveryAtLeastOnce(t, bin, 3*time.Second, 2*time.Second, 0)
+}
+
+// testRunEveryAtLeastOnceShortPeriod is testRunEveryAtLeastOnce with a
+// period shorter than the TTL, every 2 s with a TTL of 3 s, as
+// internal/jobtest's TestAtLeastOnce has, and the processes started 1.5 s
+// into a period: it fails, so it runs only with PGLEADER_TEST_KNOWN_BUGS=1.
+// The three try the instant just passed; the losers wait out the winner's
+// lease (3 s), while the winner alone runs the next instant and hangs in the
+// one after, and is killed. The losers come back to their instant, wait out
+// the dead winner's lease, find their instant done and go on to the latest
+// (--missed skip), passing over the hung run: no live replica ever tries it
+// again, though --retry-within (20 s) has not passed. pgleader/job.go's
+// runner takes over only a run of the instant it is attempting, and looks
+// for runs left running (retryLeft) only when it starts. Started at any
+// time, this test failed four runs in seven.
+func testRunEveryAtLeastOnceShortPeriod(t *testing.T, bin string) {
+	if os.Getenv("PGLEADER_TEST_KNOWN_BUGS") != "1" {
+		t.Skip("known bug in pgleader/job.go: a run left running at an instant the live runners passed over is never taken over; PGLEADER_TEST_KNOWN_BUGS=1 runs this test")
+	}
+	runEveryAtLeastOnce(t, bin, 2*time.Second, 3*time.Second, 1500*time.Millisecond)
+}
+
+// runEveryAtLeastOnce is testRunEveryAtLeastOnce with a period, a TTL, and,
+// unless 0, how far into a period (on the local clock) the processes
+// start.
+func runEveryAtLeastOnce(t *testing.T, bin string, every, ttl, startInto time.Duration) {
 	db := pgtest.New(t)
 	const job = "once-job"
-	every := 3 * time.Second
-	timing := append(slices.Clone(fast), "--ttl", "2s")
+	timing := append(slices.Clone(fast), "--ttl", ttl.String())
 	shared := t.TempDir()
 	runs := filepath.Join(shared, "runs")
 	armed := filepath.Join(shared, "armed")
@@ -416,6 +440,9 @@ if [ -e `+armed+` ] && mkdir `+first+` 2>/dev/null; then
 	exec sleep 300
 fi
 `+appendLine(runs))
+	if startInto > 0 {
+		time.Sleep((startInto - time.Duration(time.Now().UnixNano())%every + every) % every)
+	}
 	var procs []*process
 	owners := []string{"replica-a", "replica-b", "replica-c"}
 	for _, owner := range owners {
