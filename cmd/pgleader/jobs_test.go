@@ -206,6 +206,13 @@ func waitInstants(t *testing.T, db *pgtest.DB, job string, every time.Duration, 
 	return s
 }
 
+func derefOr(s *string, none string) string {
+	if s == nil {
+		return none
+	}
+	return *s
+}
+
 // lastRuns returns each owner's latest instant among runs.
 func lastRuns(runs map[time.Time]jobRunRow) map[string]time.Time {
 	last := map[string]time.Time{}
@@ -297,7 +304,7 @@ sleep 0.3
 		t.Fatal(err)
 	}
 	if holder == nil || *holder != "replica-c" {
-		t.Fatalf("C was killed in a run, and the lease's holder is %v", holder)
+		t.Fatalf("C was killed in a run, and the lease's holder is %q", derefOr(holder, "nobody"))
 	}
 	eventually(t, "the hanging command died with its pgleader", func() bool { return !alive(child) })
 	var killed jobLine
