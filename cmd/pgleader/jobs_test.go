@@ -68,12 +68,13 @@ type jobRunRow struct {
 	state, owner string
 	token        int64
 	attempt      int
+	startedAt    time.Time
 }
 
 func jobRuns(t *testing.T, db *pgtest.DB, job string) map[time.Time]jobRunRow {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(),
-		`SELECT instant, state, owner, token, attempt FROM pgleader.job_run WHERE job = $1`, job)
+		`SELECT instant, state, owner, token, attempt, started_at FROM pgleader.job_run WHERE job = $1`, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func jobRuns(t *testing.T, db *pgtest.DB, job string) map[time.Time]jobRunRow {
 	for rows.Next() {
 		var instant time.Time
 		var r jobRunRow
-		if err := rows.Scan(&instant, &r.state, &r.owner, &r.token, &r.attempt); err != nil {
+		if err := rows.Scan(&instant, &r.state, &r.owner, &r.token, &r.attempt, &r.startedAt); err != nil {
 			t.Fatal(err)
 		}
 		out[instant.UTC()] = r
@@ -146,71 +147,291 @@ func checkOncePerInstant(t *testing.T, db *pgtest.DB, job string, lines []jobLin
 	return runs
 }
 
-// testRunEvery runs a job every second on three replicas, one of them
-// SIGKILLed and started again, another stopped with SIGTERM, over at least
-// twelve instants: each instant runs once.
-func testRunEvery(t *testing.T, bin string) {
-	db := pgtest.New(t)
-	shared := t.TempDir()
-	runs := filepath.Join(shared, "runs")
-	script := writeScript(t, shared, appendLine(runs))
-	replica := func(owner string) *process {
-		args := append([]string{"run", "--database", db.URL, "--key", "every-job", "--every", "1s", "--owner", owner}, fast...)
-		return start(t, bin, t.TempDir(), nil, append(args, "--", script)...)
-	}
-	a, b, c := replica("replica-a"), replica("replica-b"), replica("replica-c")
+// instants numbers a job's instants from its first recorded run: 0, 1, 2, …
+type instants struct {
+	first, last time.Time
+	every       time.Duration
+}
 
-	waitLines(t, runs, 3)
-	a.signal(t, syscall.SIGKILL)
-	a.wait(t)
-	restarted := replica("replica-a2")
-	waitLines(t, runs, len(readLines(t, runs))+3)
-	b.signal(t, syscall.SIGTERM)
-	if code := b.wait(t); code != 0 {
-		t.Errorf("exit status after SIGTERM %d, want 0; stderr:\n%s", code, b.errors(t))
+func readInstants(t *testing.T, db *pgtest.DB, job string, every time.Duration) instants {
+	t.Helper()
+	s := instants{every: every}
+	var first, last *time.Time
+	if err := db.Pool.QueryRow(context.Background(), `SELECT min(instant), max(instant) FROM pgleader.job_run WHERE job = $1`,
+		job).Scan(&first, &last); err != nil {
+		t.Fatal(err)
 	}
-	waitLines(t, runs, max(12, len(readLines(t, runs))+3))
-	for _, p := range []*process{c, restarted} {
-		p.signal(t, syscall.SIGTERM)
-		if code := p.wait(t); code != 0 {
-			t.Errorf("exit status after SIGTERM %d, want 0; stderr:\n%s", code, p.errors(t))
+	if first != nil {
+		s.first, s.last = first.UTC(), last.UTC()
+	}
+	return s
+}
+
+func (s instants) index(at time.Time) int {
+	if s.first.IsZero() {
+		return -1
+	}
+	return int(at.Sub(s.first) / s.every)
+}
+
+// count is the number of instants from the first run to the last.
+func (s instants) count() int {
+	if s.first.IsZero() {
+		return 0
+	}
+	return s.index(s.last) + 1
+}
+
+// missing lists the instants from the first run to the last that have no
+// run.
+func (s instants) missing(runs map[time.Time]jobRunRow) []time.Time {
+	var out []time.Time
+	for at := s.first; !s.first.IsZero() && at.Before(s.last); at = at.Add(s.every) {
+		if _, ok := runs[at]; !ok {
+			out = append(out, at)
 		}
 	}
+	return out
+}
 
-	lines := readLines(t, runs)
-	recorded := checkOncePerInstant(t, db, "every-job", lines, true)
-	for _, l := range lines {
-		if l.attempt != 1 {
-			t.Errorf("instant %s ran as attempt %d; without --at-least-once every run is the first", l.raw, l.attempt)
-		}
+// waitInstants waits, for up to 2*hang, until cond holds for the job's
+// instants.
+func waitInstants(t *testing.T, db *pgtest.DB, job string, every time.Duration, what string, cond func(instants) bool) instants {
+	t.Helper()
+	var s instants
+	eventuallyWithin(t, 2*hang, what, func() bool {
+		s = readInstants(t, db, job, every)
+		return cond(s)
+	})
+	return s
+}
+
+func derefOr(s *string, none string) string {
+	if s == nil {
+		return none
 	}
-	// A run is left running only by a replica killed or stopped in it: its
-	// last.
+	return *s
+}
+
+// lastRuns returns each owner's latest instant among runs.
+func lastRuns(runs map[time.Time]jobRunRow) map[string]time.Time {
 	last := map[string]time.Time{}
-	for instant, r := range recorded {
+	for instant, r := range runs {
 		if instant.After(last[r.owner]) {
 			last[r.owner] = instant
 		}
 	}
-	for instant, r := range recorded {
-		if r.state == "running" && !instant.Equal(last[r.owner]) {
-			t.Errorf("instant %s was left running by %s, which ran %s after it", instant, r.owner, last[r.owner])
-		}
-	}
-	t.Logf("%d instants, %d recorded runs", len(lines), len(recorded))
+	return last
 }
 
-// testRunEveryAtLeastOnce: with --at-least-once, once the replicas run in
-// step, a run's command hangs and its pgleader is SIGKILLed; another replica
-// runs that instant, once, as attempt 2 with a higher token, and the other
-// instants run once.
-//
-// The period (5s) leaves the replicas that lost an instant the time to wait
-// out the winner's lease (TTL 3s) and try the next instant too: a replica
-// takes over only the instant it is trying, so the hanging run must be of
-// one every replica tries, not, say, the instant before the others started.
-func testRunEveryAtLeastOnce(t *testing.T, bin string) {
+// caughtStarting reports whether the run of instant was left running,
+// without a line, by a replica stopped by SIGTERM (one of stopped) in it:
+// its last run. The signal came as the command started, before it could
+// ignore it, and the command died at once; the run is not retried (at most
+// once) and, with --at-least-once, no replica was left to retry it.
+func caughtStarting(runs map[time.Time]jobRunRow, lines []jobLine, instant time.Time, stopped ...string) bool {
+	r := runs[instant]
+	return r.state == "running" && slices.Contains(stopped, r.owner) && instant.Equal(lastRuns(runs)[r.owner]) &&
+		!slices.ContainsFunc(lines, func(l jobLine) bool { return l.instant.Equal(instant) })
+}
+
+// stopAll stops the processes with SIGTERM, at once and just after a run
+// ended: no replica is then starting a command (whose SIGTERM would come
+// before the command could ignore it), and none is until the next instant.
+// Each must exit 0.
+func stopAll(t *testing.T, lines string, procs ...*process) {
+	t.Helper()
+	waitLines(t, lines, len(readLines(t, lines))+1)
+	for _, p := range procs {
+		p.signal(t, syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		if code := p.wait(t); code != 0 {
+			t.Errorf("exit status after SIGTERM %d, want 0; stderr:\n%s", code, p.errors(t))
+		}
+	}
+}
+
+// testRunEveryAtMostOnce is internal/jobtest's TestAtMostOnce through
+// pgleader run --every: a job every second on three processes for at least
+// 50 instants. B's job clock runs 2 s ahead (PGLEADER_TEST_CLOCK_AHEAD, in
+// a binary built with the pgleader_testclock tag); C is SIGKILLed in its
+// first run from instant 15 on, which hangs, and started again as C2 five
+// instants later; A is stopped by SIGTERM in its first run from instant 35
+// on. The command ignores SIGTERM, notes its start (an entry), works 300 ms
+// and notes its end (a line). No instant runs twice; the only instants
+// without a run are those the killed run's lease still covered; every run
+// is recorded done but the killed one, left running.
+func testRunEveryAtMostOnce(t *testing.T, _ string) {
+	bin := build(t, "pgleader_testclock")
 	db := pgtest.New(t)
+	const job = "every-job"
+	every := time.Second
+	shared := t.TempDir()
+	entries, runs := filepath.Join(shared, "entries"), filepath.Join(shared, "runs")
+	armed, hung := filepath.Join(shared, "armed"), filepath.Join(shared, "hung")
+	script := writeScript(t, shared, `
+trap '' TERM
+`+appendLine(entries)+`
+if [ "$PGLEADER_OWNER" = replica-c ] && [ -e `+armed+` ] && mkdir `+hung+` 2>/dev/null; then
+	echo $$ > `+hung+`/child.tmp && mv `+hung+`/child.tmp `+hung+`/child.pid
+	exec sleep 300
+fi
+sleep 0.3
+`+appendLine(runs))
+	// A yield grace well beyond the 300 ms a run works: a stopped run ends
+	// and is recorded done.
+	timing := append(slices.Clone(fast), "--yield-grace", "1500ms")
+	replica := func(owner string, env ...string) *process {
+		args := append([]string{"run", "--database", db.URL, "--key", job, "--every", every.String(), "--owner", owner}, timing...)
+		return start(t, bin, t.TempDir(), env, append(args, "--", script)...)
+	}
+	a := replica("replica-a")
+	b := replica("replica-b", "PGLEADER_TEST_CLOCK_AHEAD=2s")
+	c := replica("replica-c")
+
+	waitInstants(t, db, job, every, "15 instants", func(s instants) bool { return s.count() >= 15 })
+	writeFile(t, armed)
+	child := waitPID(t, filepath.Join(hung, "child.pid"))
+	c.signal(t, syscall.SIGKILL)
+	c.wait(t)
+	// Read at once: the lease the dead C left covers the instants until it
+	// expires.
+	var holder *string
+	var leftUntil time.Time
+	if err := db.Pool.QueryRow(context.Background(), `SELECT holder, expires_at FROM pgleader.lease WHERE key = $1`,
+		job).Scan(&holder, &leftUntil); err != nil {
+		t.Fatal(err)
+	}
+	if holder == nil || *holder != "replica-c" {
+		t.Fatalf("C was killed in a run, and the lease's holder is %q", derefOr(holder, "nobody"))
+	}
+	eventually(t, "the hanging command died with its pgleader", func() bool { return !alive(child) })
+	var killed jobLine
+	for _, l := range readLines(t, entries) {
+		if l.owner == "replica-c" {
+			killed = l
+		}
+	}
+
+	s := waitInstants(t, db, job, every, "5 instants after the killed run's", func(s instants) bool {
+		return s.count() > s.index(killed.instant)+5
+	})
+	t.Logf("C killed in instant %d, started again as C2 at instant %d", s.index(killed.instant), s.count())
+	c2 := replica("replica-c2")
+
+	waitInstants(t, db, job, every, "a run of A from instant 35 on", func(s instants) bool {
+		return s.count() > 45 || slices.ContainsFunc(readLines(t, entries), func(l jobLine) bool {
+			return l.owner == "replica-a" && s.index(l.instant) >= 35
+		})
+	})
+	// In its run, after its entry: the command ignores SIGTERM by then.
+	a.signal(t, syscall.SIGTERM)
+	if code := a.wait(t); code != 0 {
+		t.Errorf("exit status after SIGTERM %d, want 0; stderr:\n%s", code, a.errors(t))
+	}
+
+	waitInstants(t, db, job, every, "55 instants", func(s instants) bool { return s.count() >= 55 })
+	stopAll(t, runs, b, c2)
+
+	s = readInstants(t, db, job, every)
+	entered, ended := readLines(t, entries), readLines(t, runs)
+	recorded := checkOncePerInstant(t, db, job, entered, true)
+	defer func() {
+		if t.Failed() {
+			t.Logf("entries:\n%s\nruns:\n%s\npgleader.job_run: %+v", readFile(t, entries), readFile(t, runs), recorded)
+		}
+	}()
+	if n := s.count(); n < 50 {
+		t.Errorf("%d instants from the first run to the last; want at least 50", n)
+	}
+	if !strings.Contains(b.errors(t), "the job runner's clock runs 2s ahead") {
+		t.Errorf("B's clock was not set ahead: the binary lacks the pgleader_testclock tag, or B its variable; stderr:\n%s", b.errors(t))
+	}
+	owners := map[string]int{}
+	caught := 0
+	for instant, r := range recorded {
+		owners[r.owner]++
+		completed := slices.ContainsFunc(ended, func(l jobLine) bool { return l.instant.Equal(instant) && l.token == r.token })
+		switch {
+		case r.attempt != 1:
+			t.Errorf("instant %d ran as attempt %d; without --at-least-once every run is the first", s.index(instant), r.attempt)
+		case r.state == "done" && completed:
+		case r.state == "running" && instant.Equal(killed.instant) && !completed:
+		case caughtStarting(recorded, entered, instant, "replica-a", "replica-b", "replica-c2"):
+			caught++
+		default:
+			t.Errorf("instant %d: run by %s is %s, its command ended %v; want done and ended, unless C was killed in it",
+				s.index(instant), r.owner, r.state, completed)
+		}
+	}
+	for _, l := range ended {
+		if !slices.ContainsFunc(entered, func(e jobLine) bool { return e.raw == l.raw && e.token == l.token && e.owner == l.owner }) {
+			t.Errorf("instant %s ended with token %d and has no entry of that token", l.raw, l.token)
+		}
+	}
+	if r := recorded[killed.instant]; r.owner != "replica-c" || r.state != "running" {
+		t.Errorf("the killed run's instant %d: %+v, want left running by replica-c", s.index(killed.instant), r)
+	}
+	missing := s.missing(recorded)
+	for _, at := range missing {
+		// Until its lease expires (plus one period for a campaign that a
+		// runner's estimate of the database clock sent a little early),
+		// the others find the job held and skip the instant.
+		if !at.After(killed.instant) || !at.Before(leftUntil.Add(every)) {
+			t.Errorf("instant %d has no run; C died in instant %d, its lease lasted until %v after it",
+				s.index(at), s.index(killed.instant), leftUntil.Sub(killed.instant))
+		}
+	}
+	if owners["replica-b"] == 0 {
+		t.Errorf("B, its clock 2 s ahead, ran no instant of %d", len(recorded))
+	}
+	t.Logf("%d instants, %d runs (by owner %v), 1 lost with C (left running), %d missed while its lease lasted, %d left running by a stop as their command started",
+		s.count(), len(recorded), owners, len(missing), caught)
+}
+
+// testRunEveryAtLeastOnce is internal/jobtest's TestAtLeastOnce through
+// pgleader run --every --at-least-once: a job every 3 s on three processes
+// for at least 20 instants; once they run in step, a run's command hangs and
+// its pgleader is SIGKILLed. Another replica runs that instant, once, as
+// attempt 2 with a higher token; every other instant runs once, as attempt
+// 1, and every run is recorded done.
+//
+// The period is longer than the TTL (2 s): a replica that lost an instant
+// waits out the winner's lease before it looks again, and a replica takes
+// over only a run of the instant it is trying (see
+// testRunEveryAtLeastOnceShortPeriod).
+func testRunEveryAtLeastOnce(t *testing.T, bin string) {
+	runEveryAtLeastOnce(t, bin, 3*time.Second, 2*time.Second, 0)
+}
+
+// testRunEveryAtLeastOnceShortPeriod is testRunEveryAtLeastOnce with a
+// period shorter than the TTL, every 2 s with a TTL of 3 s, as
+// internal/jobtest's TestAtLeastOnce has, and the processes started 1.5 s
+// into a period: it fails, so it runs only with PGLEADER_TEST_KNOWN_BUGS=1.
+// The three try the instant just passed; the losers wait out the winner's
+// lease (3 s), while the winner alone runs the next instant and hangs in the
+// one after, and is killed. The losers come back to their instant, wait out
+// the dead winner's lease, find their instant done and go on to the latest
+// (--missed skip), passing over the hung run: no live replica ever tries it
+// again, though --retry-within (20 s) has not passed. pgleader/job.go's
+// runner takes over only a run of the instant it is attempting, and looks
+// for runs left running (retryLeft) only when it starts. Started at any
+// time, this test failed four runs in seven.
+func testRunEveryAtLeastOnceShortPeriod(t *testing.T, bin string) {
+	if os.Getenv("PGLEADER_TEST_KNOWN_BUGS") != "1" {
+		t.Skip("known bug in pgleader/job.go: a run left running at an instant the live runners passed over is never taken over; PGLEADER_TEST_KNOWN_BUGS=1 runs this test")
+	}
+	runEveryAtLeastOnce(t, bin, 2*time.Second, 3*time.Second, 1500*time.Millisecond)
+}
+
+// runEveryAtLeastOnce is testRunEveryAtLeastOnce with a period, a TTL, and,
+// unless 0, how far into a period (on the local clock) the processes
+// start.
+func runEveryAtLeastOnce(t *testing.T, bin string, every, ttl, startInto time.Duration) {
+	db := pgtest.New(t)
+	const job = "once-job"
+	timing := append(slices.Clone(fast), "--ttl", ttl.String())
 	shared := t.TempDir()
 	runs := filepath.Join(shared, "runs")
 	armed := filepath.Join(shared, "armed")
@@ -218,6 +439,7 @@ func testRunEveryAtLeastOnce(t *testing.T, bin string) {
 	// The first run once armed records itself and hangs; every other run
 	// appends its line.
 	script := writeScript(t, shared, `
+trap '' TERM
 if [ -e `+armed+` ] && mkdir `+first+` 2>/dev/null; then
 	echo "$PGLEADER_INSTANT $PGLEADER_TOKEN $PGLEADER_ATTEMPT $PGLEADER_OWNER" > `+first+`/run.tmp && mv `+first+`/run.tmp `+first+`/run
 	echo $PPID > `+first+`/pgleader.tmp && mv `+first+`/pgleader.tmp `+first+`/pgleader.pid
@@ -225,10 +447,14 @@ if [ -e `+armed+` ] && mkdir `+first+` 2>/dev/null; then
 	exec sleep 300
 fi
 `+appendLine(runs))
+	if startInto > 0 {
+		time.Sleep((startInto - time.Duration(time.Now().UnixNano())%every + every) % every)
+	}
 	var procs []*process
-	for _, owner := range []string{"replica-a", "replica-b", "replica-c"} {
-		args := append([]string{"run", "--database", db.URL, "--key", "once-job", "--every", "5s", "--at-least-once",
-			"--retry-within", "1m", "--owner", owner}, fast...)
+	owners := []string{"replica-a", "replica-b", "replica-c"}
+	for _, owner := range owners {
+		args := append([]string{"run", "--database", db.URL, "--key", job, "--every", every.String(), "--at-least-once",
+			"--retry-within", "20s", "--owner", owner}, timing...)
 		procs = append(procs, start(t, bin, t.TempDir(), nil, append(args, "--", script)...))
 	}
 	waitLines(t, runs, 2)
@@ -238,9 +464,13 @@ fi
 	eventually(t, "the first run wrote its line", func() bool { return readFile(t, filepath.Join(first, "run")) != "" })
 	firstRun := readLines(t, filepath.Join(first, "run"))[0]
 	var killed *process
-	for _, p := range procs {
+	var others []*process
+	var stopped []string // the others' owners
+	for i, p := range procs {
 		if p.cmd.Process.Pid == pid {
 			killed = p
+		} else {
+			others, stopped = append(others, p), append(stopped, owners[i])
 		}
 	}
 	if killed == nil {
@@ -258,23 +488,26 @@ fi
 				logs = append(logs, p.errors(t))
 			}
 			t.Fatalf("after %v: the first instant %s did not run again; the runs: %+v; the logs:\n%s",
-				hang, firstRun.raw, jobRuns(t, db, "once-job"), strings.Join(logs, "\n"))
+				hang, firstRun.raw, jobRuns(t, db, job), strings.Join(logs, "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	waitLines(t, runs, len(readLines(t, runs))+1)
-	for _, p := range procs {
-		if p == killed {
-			continue
-		}
-		p.signal(t, syscall.SIGTERM)
-		if code := p.wait(t); code != 0 {
-			t.Errorf("exit status after SIGTERM %d, want 0; stderr:\n%s", code, p.errors(t))
-		}
-	}
+	waitInstants(t, db, job, every, "20 instants, 5 after the killed run's", func(s instants) bool {
+		return s.count() >= 20 && s.count() > s.index(firstRun.instant)+5
+	})
+	stopAll(t, runs, others...)
 
+	s := readInstants(t, db, job, every)
 	lines := readLines(t, runs)
-	recorded := checkOncePerInstant(t, db, "once-job", lines, false)
+	recorded := checkOncePerInstant(t, db, job, lines, false)
+	defer func() {
+		if t.Failed() {
+			t.Logf("runs:\n%s\npgleader.job_run: %+v", readFile(t, runs), recorded)
+		}
+	}()
+	if n := s.count(); n < 20 {
+		t.Errorf("%d instants from the first run to the last; want at least 20", n)
+	}
 	for _, l := range lines {
 		switch {
 		case l.instant.Equal(firstRun.instant):
@@ -286,9 +519,33 @@ fi
 			t.Errorf("instant %s ran as attempt %d; only the killed run's instant is retried", l.raw, l.attempt)
 		}
 	}
-	if r := recorded[firstRun.instant]; r.state != "done" || r.attempt != 2 {
-		t.Errorf("pgleader.job_run for the killed run's instant: %+v, want done as attempt 2", r)
+	retry := recorded[firstRun.instant]
+	if retry.state != "done" || retry.attempt != 2 {
+		t.Errorf("pgleader.job_run for the killed run's instant: %+v, want done as attempt 2", retry)
 	}
+	caught := 0
+	for instant, r := range recorded {
+		switch {
+		case r.state == "done":
+		case caughtStarting(recorded, lines, instant, stopped...):
+			caught++
+		default:
+			t.Errorf("instant %d: run by %s is %s; want done", s.index(instant), r.owner, r.state)
+		}
+	}
+	// The instants that came while the hung run held the job, and until its
+	// lease expired, may have no run: a runner does not start them late
+	// (--missed skip), and at least once retries runs, not instants.
+	missing := s.missing(recorded)
+	for _, at := range missing {
+		if !at.After(firstRun.instant) || !at.Before(retry.startedAt) {
+			t.Errorf("instant %d has no run; only those between the hung instant %d and its retry may lack one",
+				s.index(at), s.index(firstRun.instant))
+		}
+	}
+	t.Logf("%d instants, %d runs, 1 retried (instant %d, token %d → %d, %v after its instant), %d missed while the hung run held the job, %d left running by a stop as their command started",
+		s.count(), len(recorded), s.index(firstRun.instant), firstRun.token, retry.token,
+		retry.startedAt.Sub(firstRun.instant).Round(100*time.Millisecond), len(missing), caught)
 }
 
 // testStatusJobs lists jobs with no run, a run going on, a run done and one

@@ -31,13 +31,17 @@ const hang = 30 * time.Second
 var fast = []string{"--ttl", "3s", "--renew-every", "500ms", "--campaign-every", "250ms",
 	"--margin", "250ms", "--yield-grace", "500ms", "--release-timeout", "250ms"}
 
-// build compiles the command into a temporary directory of t.
-func build(t *testing.T) string {
+// build compiles the command into a temporary directory of t, with the
+// build tags given, if any.
+func build(t *testing.T, tags ...string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "pgleader")
 	args := []string{"build", "-o", bin}
 	if raceEnabled {
 		args = append(args, "-race")
+	}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
 	}
 	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 	if err != nil {
@@ -138,10 +142,16 @@ func readFile(t *testing.T, name string) string {
 // eventually polls cond until it holds, failing the test after hang.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(hang)
+	eventuallyWithin(t, hang, what, cond)
+}
+
+// eventuallyWithin is eventually with a bound of its own.
+func eventuallyWithin(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", hang, what)
+			t.Fatalf("after %v: %s", within, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
