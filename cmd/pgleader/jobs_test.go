@@ -408,20 +408,14 @@ func testRunEveryAtLeastOnce(t *testing.T, bin string) {
 // testRunEveryAtLeastOnceShortPeriod is testRunEveryAtLeastOnce with a
 // period shorter than the TTL, every 2 s with a TTL of 3 s, as
 // internal/jobtest's TestAtLeastOnce has, and the processes started 1.5 s
-// into a period: it fails, so it runs only with PGLEADER_TEST_KNOWN_BUGS=1.
-// The three try the instant just passed; the losers wait out the winner's
-// lease (3 s), while the winner alone runs the next instant and hangs in the
-// one after, and is killed. The losers come back to their instant, wait out
-// the dead winner's lease, find their instant done and go on to the latest
-// (--missed skip), passing over the hung run: no live replica ever tries it
-// again, though --retry-within (20 s) has not passed. pgleader/job.go's
-// runner takes over only a run of the instant it is attempting, and looks
-// for runs left running (retryLeft) only when it starts. Started at any
-// time, this test failed four runs in seven.
+// into a period. The three try the instant just passed; the losers wait for
+// the winner's lease, while the winner alone runs the next instant and hangs
+// in the one after, and is killed. Before pgleader/job.go looked for runs
+// left running after each instant (it did only when it started) and let
+// the losers sit out their next instants, no live replica tried the hung
+// run again, though --retry-within (20 s) had not passed: this test failed
+// three runs in three.
 func testRunEveryAtLeastOnceShortPeriod(t *testing.T, bin string) {
-	if os.Getenv("PGLEADER_TEST_KNOWN_BUGS") != "1" {
-		t.Skip("known bug in pgleader/job.go: a run left running at an instant the live runners passed over is never taken over; PGLEADER_TEST_KNOWN_BUGS=1 runs this test")
-	}
 	runEveryAtLeastOnce(t, bin, 2*time.Second, 3*time.Second, 1500*time.Millisecond)
 }
 
