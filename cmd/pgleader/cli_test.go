@@ -130,7 +130,7 @@ func testUsage(t *testing.T, bin string) {
 		{[]string{"run", "--key", "k", "--every", "-1m", "--", "true"}, 2, "--every must be at least 1s, got -1m0s"},
 		{[]string{"run", "--key", "k", "--cron", "61 * * * *", "--", "true"}, 2, `--cron: cron expression "61 * * * *":`},
 		{[]string{"run", "--key", "k", "--cron", "", "--", "true"}, 2, "--cron was given an empty value"},
-		{[]string{"run", "--key", "k", "--cron", "@every 10m", "--", "true"}, 2, "--cron: @every counts from when each replica reads the clock"},
+		{[]string{"run", "--key", "k", "--cron", "@every 500ms", "--", "true"}, 2, "--cron: cron expression \"@every 500ms\": @every must be at least 1s"},
 		{[]string{"run", "--key", "k", "--every", "1m", "--exit-with-child", "--", "true"}, 2, "--exit-with-child does not go with --every or --cron"},
 		{[]string{"run", "--key", "k", "--cron", "@daily", "--health-addr", ":0", "--", "true"}, 2, "--health-addr does not go with --every or --cron"},
 		{[]string{"run", "--key", "k", "--every", "1m", "--value", "x", "--", "true"}, 2, "--value does not go with --every or --cron"},

@@ -75,11 +75,6 @@ func (f *jobFlags) job(fs *flag.FlagSet, key string) (pgleader.Job, error) {
 	if given(fs, "every") && f.every < time.Second {
 		return pgleader.Job{}, usagef("run", "--every must be at least 1s, got %v", f.every)
 	}
-	if strings.Contains(f.cron, "@every") {
-		// robfig/cron's @every counts from the time it is asked about, so
-		// replicas that start apart would run at instants of their own.
-		return pgleader.Job{}, usagef("run", "--cron: @every counts from when each replica reads the clock, so replicas would disagree on the instants; use --every")
-	}
 	sched, err := pgleader.ParseSchedule(f.every, f.cron)
 	if err != nil {
 		return pgleader.Job{}, usagef("run", "--cron: %s", strings.TrimPrefix(err.Error(), pgleader.ErrInvalid.Error()+": "))
