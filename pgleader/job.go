@@ -14,6 +14,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/pgleader/pgleader/internal/jobclock"
+	"github.com/pgleader/pgleader/internal/wait"
 )
 
 // Job is a scheduled job: a function that one replica runs at each
@@ -420,7 +421,7 @@ func (r *jobRunner) loop(ctx context.Context) error {
 			return nil
 		}
 		r.log.Warn("pgleader: job: cannot reach the database; retrying", "job", r.job.Name, "err", err)
-		if !sleepCtx(ctx, backoff) {
+		if !wait.Sleep(ctx, backoff) {
 			return nil
 		}
 		backoff = min(2*backoff, r.spec.TTL/2)
@@ -512,21 +513,7 @@ func (r *jobRunner) catchUp(now time.Time) time.Time {
 
 // sleepUntil waits until the database clock reaches t.
 func (r *jobRunner) sleepUntil(ctx context.Context, t time.Time) bool {
-	return sleepCtx(ctx, t.Sub(r.now()))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-tm.C:
-		return true
-	}
+	return wait.Sleep(ctx, t.Sub(r.now()))
 }
 
 // attempt tries the instant until it ran here, was run elsewhere, or may no
@@ -554,7 +541,7 @@ func (r *jobRunner) attempt(ctx context.Context, instant time.Time) error {
 		case "early":
 			// This replica's estimate of the database clock was early; the
 			// claim read it again.
-			if !sleepCtx(ctx, max(instant.Sub(r.now()), MinInterval)) {
+			if !wait.Sleep(ctx, max(instant.Sub(r.now()), MinInterval)) {
 				return nil
 			}
 			continue
@@ -572,19 +559,19 @@ func (r *jobRunner) attempt(ctx context.Context, instant time.Time) error {
 			// lapsed, to take over a run it left (at once if the holder
 			// already let it go), but not past the next instant: a run left
 			// later is taken over after an instant (retryLeft).
-			wait := MinInterval
+			pause := MinInterval
 			if l, lerr := r.p.Lease(ctx, r.job.Name); lerr == nil && l.Held() {
-				wait = min(l.Remaining()+MinInterval, r.spec.TTL)
+				pause = min(l.Remaining()+MinInterval, r.spec.TTL)
 			}
 			giveUp := startBy
 			if next := r.sched.Next(instant); !next.IsZero() && next.Before(giveUp) && next.After(r.now()) {
 				giveUp = next
 			}
-			if r.now().Add(wait).After(giveUp) {
+			if r.now().Add(pause).After(giveUp) {
 				r.observe(ObserveJobSkipped, instant, false, 0, nil)
 				return nil
 			}
-			if !sleepCtx(ctx, wait) {
+			if !wait.Sleep(ctx, pause) {
 				return nil
 			}
 			continue
@@ -600,7 +587,7 @@ func (r *jobRunner) attempt(ctx context.Context, instant time.Time) error {
 			r.observe(ObserveJobSkipped, instant, true, 0, err)
 			return nil
 		}
-		if !sleepCtx(ctx, backoff) {
+		if !wait.Sleep(ctx, backoff) {
 			return nil
 		}
 		backoff = min(2*backoff, r.spec.TTL/2)
