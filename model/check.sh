@@ -47,6 +47,10 @@ checks=(
 	"handoff-two-returns|pass|-DHANDOFF -DRETURNS=2 -DFAULT_BUDGET=1"
 	"handoff-failover|pass|-DHANDOFF -DFAILOVER -DRESTARTS=1 -DRETURNS=2 -DFAULT_BUDGET=0 -DFO_END=3"
 	"handoff-failover-fault|pass|-DHANDOFF -DFAILOVER -DRESTARTS=1 -DRETURNS=2 -DFAULT_BUDGET=1 -DFAULT_END=1 -DFO_END=1"
+	"job|pass|-DJOB -DFAULT_BUDGET=1"
+	"job-at-least-once|pass|-DJOB -DATLEASTONCE -DFAULT_BUDGET=1"
+	"job-two-faults|pass|-DJOB -DDRIFT=0"
+	"job-at-least-once-two-faults|pass|-DJOB -DATLEASTONCE -DDRIFT=0"
 	"mutant-no-yield|fail|-DMUTANT_NO_YIELD"
 	"mutant-receive-time|fail|-DMUTANT_RECV_TIME"
 	"mutant-claim-le|fail|-DMUTANT_CLAIM_LE -DWIPE"
@@ -59,6 +63,8 @@ checks=(
 	"mutant-handoff-ttl-bound|fail|-DHANDOFF -DMUTANT_HANDOFF_TTL_BOUND -DFENCE0=3 -DFAULT_END=6"
 	"mutant-handoff-relead|fail|-DHANDOFF -DMUTANT_HANDOFF_RELEAD -DRETURNS=2 -DFAULT_BUDGET=1"
 	"mutant-handoff-grace-confirm|fail|-DHANDOFF -DFAILOVER -DRESTARTS=1 -DRETURNS=2 -DMUTANT_HANDOFF_GRACE_CONFIRM -DFAULT_BUDGET=0 -DFO_END=1"
+	"mutant-job-no-lease|fail|-DJOB -DMUTANT_JOB_NO_LEASE -DDRIFT=0"
+	"mutant-job-retry-any|fail|-DJOB -DATLEASTONCE -DMUTANT_JOB_RETRY_ANY -DDRIFT=0"
 )
 
 # check NAME EXPECT FLAGS: one search in $work/NAME. Writes its table row

@@ -24,6 +24,12 @@
  * come at any time. A take that finds at least KEEP left answers from a
  * read (take with p_keep): the term's first bound is the hand-off's expiry,
  * and its first renewal confirms it.
+ *
+ * With -DJOB one scheduled instant of a job (migrations/0018_jobs.up.sql,
+ * pgleader/job.go) uses the lease: a term's Claim is job_claim, against
+ * the instant's run row {jstate, jtok} in the lease's database, and the
+ * body is the job's function, which job_finish records when it returns.
+ * -DATLEASTONCE lets a later term take over a run left running.
  */
 #include "spec.pml"
 
@@ -144,6 +150,42 @@
 #define MARGIN 0
 #endif
 
+/* ---- scheduled jobs: one instant (JOB) ---- */
+#ifdef JOB
+#if defined(HANDOFF) || defined(FAILOVER) || defined(WIPE)
+#error "JOB is modelled without HANDOFF, FAILOVER and WIPE"
+#endif
+/* job_claim's lease condition: the term (owner, token) holds the job's
+ * lease unexpired on the database clock */
+#ifdef MUTANT_JOB_NO_LEASE     /* job_claim does not check the lease */
+#define JOB_HELD 1
+#else
+#define JOB_HELD (holder == i + 1 && ltoken == r[i].wrTok && expires > now)
+#endif
+/* retry: a run left running by an earlier term (lower token), the retry
+ * window open (p_retry_until is not modelled: open until TMAX) */
+#ifdef ATLEASTONCE
+#ifdef MUTANT_JOB_RETRY_ANY    /* take over whatever the token, lease or not */
+#define JOB_RETRY (jstate == J_RUNNING && jtok != r[i].wrTok)
+#else
+#define JOB_RETRY (JOB_HELD && jstate == J_RUNNING && jtok < r[i].wrTok)
+#endif
+#else
+#ifdef MUTANT_JOB_RETRY_ANY
+#error "MUTANT_JOB_RETRY_ANY needs ATLEASTONCE"
+#endif
+#define JOB_RETRY 0
+#endif
+/* P4 is not checked: a term whose claim is lost or skipped ends without
+ * leading, by design, and the replicas campaign again at once */
+#define P4_ON 0
+#else
+#define P4_ON 1
+#if defined(ATLEASTONCE) || defined(MUTANT_JOB_NO_LEASE) || defined(MUTANT_JOB_RETRY_ANY)
+#error "ATLEASTONCE and the job mutants need JOB"
+#endif
+#endif
+
 /* ---- failover (design rule 5, pgleader._grace) ---- */
 #if MAX_TTL < TTL
 #error "acquire and renew refuse a TTL above max_ttl"
@@ -232,6 +274,12 @@
 #define W_NONE  0
 #define W_CLAIM 1   /* claim: SET fence = $t WHERE fence < $t */
 #define W_WRITE 2   /* write: SET fence = $t WHERE fence <= $t */
+#define W_JOB   3   /* JOB: the term's Claim is pgleader.job_claim(job, instant, owner, token) */
+
+/* JOB: the run row's state */
+#define J_NONE    0 /* no row for the instant */
+#define J_RUNNING 1
+#define J_DONE    2
 
 /* ---- state, packed: times, tokens and sequence numbers fit in 5 bits ---- */
 #define W5 5
@@ -331,6 +379,11 @@ unsigned cMaxSeqW : W5;
 #endif
 #endif
 unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
+#ifdef JOB
+unsigned jstate : 2;      /* job_run.state of the instant (J_NONE: no row) */
+unsigned jtok : W5;       /* job_run.token */
+unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 counted) */
+#endif
 
 #define YAT(i)  (r[i].tb + YIELD_AT)
 #define CAT(i)  (r[i].tb + CANCEL_AT)
@@ -520,8 +573,86 @@ inline dbExec(i) {
 	r[i].req = R_NONE; r[i].reqArg = 0
 }
 
+#ifdef JOB
+/* ---- the database runs replica i's job_claim (migrations/0018_jobs.up.sql) ---- */
+inline jobClaimDB(i) {
+	if
+	:: JOB_HELD && jstate == J_NONE ->
+		ok = true; jstate = J_RUNNING; jtok = r[i].wrTok;
+		printf("t%d db: job_claim r%d token %d -> run\n", now, i, r[i].wrTok)
+	:: JOB_HELD && jstate == J_RUNNING && jtok == r[i].wrTok ->
+		/* this term had claimed it already */
+		ok = true;
+		printf("t%d db: job_claim r%d token %d -> run (its own)\n", now, i, r[i].wrTok)
+	:: JOB_RETRY ->
+		/* P7: a run is taken over only by a higher token, and never
+		 * from a term that still holds the lease unexpired. */
+		PROP(7, r[i].wrTok > jtok && !(holder != 0 && ltoken == jtok && expires > now));
+		ok = true;
+		printf("t%d db: job_claim r%d token %d -> retry (the run had token %d)\n", now, i, r[i].wrTok, jtok);
+		jtok = r[i].wrTok
+	:: else ->
+		ok = false;
+		printf("t%d db: job_claim r%d token %d -> lost or skip\n", now, i, r[i].wrTok)
+	fi;
+	/* P6: a run is claimed (run or retry) only by the term acquired last */
+	if
+	:: ok -> PROP(6, r[i].wrSeq == seqN)
+	:: else
+	fi
+}
+
+/* The Claim hook takes in job_claim's answer (ok: run or retry): the
+ * function starts only after one; else the body returns. */
+inline jobAnswer(i) {
+	if
+	:: r[i].st == LEAD && r[i].tseq == r[i].wrSeq ->
+		if
+		:: ok ->
+			r[i].phase = BODY; led = true;
+#ifndef ATLEASTONCE
+			if
+			:: r[i].bodyOn ->
+				runs = (runs < 3 -> runs + 1 : 3);
+				printf("t%d r%d: runs the instant with token %d\n", now, i, r[i].tok);
+				/* P8 (at most once): one run of the instant, ever */
+				PROP(8, runs <= 1)
+			:: else
+			fi
+#endif
+		:: else -> r[i].bodyOn = false
+		fi
+	:: else
+	fi;
+	r[i].wr = W_NONE; r[i].wrTok = 0; r[i].wrSeq = 0;
+	ok = false
+}
+#define JOB_ANSWER_LOST(G) \
+	:: d_step { G && BUDGET -> CLAIM_SEND; fault(); jobClaimDB(i); \
+		printf("t%d net: r%d's job_claim answer lost\n", now, i); ok = false; jobAnswer(i) }
+/* job_finish(owner, token): done only if the run is still this term's */
+#define JOB_FINISH \
+	if \
+	:: jstate == J_RUNNING && jtok == r[i].tok -> jstate = J_DONE; \
+		printf("t%d db: job_finish r%d token %d -> done\n", now, i, r[i].tok) \
+	:: else -> printf("t%d db: job_finish r%d token %d -> not its run\n", now, i, r[i].tok) \
+	fi
+#define JOB_FINISH_LOST \
+	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && returns < RETURNS && BUDGET -> \
+		fault(); returns++; r[i].bodyOn = false; printf("t%d r%d: body returns, its job_finish lost\n", now, i) }
+#else
+#define JOB_ANSWER_LOST(G)
+#define JOB_FINISH skip
+#define JOB_FINISH_LOST
+#endif
+
 /* ---- the store runs replica i's claim or write (sqlfence, the recipe's table) ---- */
 inline storeExec(i) {
+#ifdef JOB
+	if
+	:: r[i].wr == W_JOB -> jobClaimDB(i); jobAnswer(i)
+	:: else ->
+#endif
 	live = (r[i].tseq == r[i].wrSeq && LIVE(i));
 	if
 	:: r[i].wr == W_CLAIM -> ok = CLAIM_OK(fence, r[i].wrTok)
@@ -571,6 +702,9 @@ inline storeExec(i) {
 	fi;
 	r[i].wr = W_NONE; r[i].wrTok = 0; r[i].wrSeq = 0;
 	ok = false; live = false
+#ifdef JOB
+	fi
+#endif
 }
 
 /* ---- replica i takes in the answer to its statement (pgleader/elector.go) ---- */
@@ -780,7 +914,11 @@ inline fault() { faults++ }
 #define RENEW       (!r[i].paused && r[i].st == LEAD && !r[i].ending && !r[i].renewing && r[i].lc >= r[i].rnext)
 #define ENDS        (!r[i].paused && r[i].st == LEAD && !r[i].bodyOn)
 #define CLAIMS      (!r[i].paused && r[i].st == LEAD && r[i].bodyOn && r[i].phase == CLAIMING && r[i].wr == W_NONE)
+#ifdef JOB
+#define CLAIM_SEND  r[i].wr = W_JOB; r[i].wrTok = r[i].tok; r[i].wrSeq = r[i].tseq; r[i].phase = CLAIMSENT
+#else
 #define CLAIM_SEND  r[i].wr = W_CLAIM; r[i].wrTok = r[i].tok; r[i].wrSeq = r[i].tseq; r[i].phase = CLAIMSENT
+#endif
 #define WRITES      (!r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && r[i].wr == W_NONE && LIVE(i))
 #define WRITE_SEND  r[i].wr = W_WRITE; r[i].wrTok = r[i].tok; r[i].wrSeq = r[i].tseq
 
@@ -796,6 +934,7 @@ end:
 	:: d_step { ENDS && !r[i].lost && BUDGET -> endTerm(i); fault(); dropReq(i) }
 	:: d_step { ENDS && !r[i].lost && BUDGET -> endTerm(i); fault(); printf("t%d net: r%d's release delayed\n", now, i) }
 	STORE(CLAIMS && (!TIMELINE || r[i].lc < CAT(i)), CLAIM_SEND)
+	JOB_ANSWER_LOST(CLAIMS && (!TIMELINE || r[i].lc < CAT(i)))
 	:: d_step { CLAIMS && TIMELINE && r[i].lc >= CAT(i) -> r[i].bodyOn = false }
 	:: d_step { !r[i].paused && r[i].rep != P_NONE && !r[i].repDel -> consume(i); CHECK_P1 }
 	:: d_step { !r[i].paused && r[i].st == ACQ && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= r[i].sent + TTL ->
@@ -815,7 +954,8 @@ end:
 	TAKE_NOTICE_STEP
 	RESTART_STEP
 	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && returns < RETURNS ->
-		returns++; r[i].bodyOn = false; HOFF_FIN; printf("t%d r%d: body returns\n", now, i) }
+		returns++; r[i].bodyOn = false; HOFF_FIN; JOB_FINISH; printf("t%d r%d: body returns\n", now, i) }
+	JOB_FINISH_LOST
 	:: d_step { !r[i].paused && r[i].rep != P_NONE && r[i].repDel -> consume(i); CHECK_P1 }
 	:: d_step { r[i].req != R_NONE -> dbExec(i) }
 	:: d_step { r[i].wr != W_NONE -> storeExec(i) }
@@ -907,7 +1047,7 @@ end:
 	:: d_step { now < TMAX && ALL(NOTDUE) && (FAULTS || ALL(SETTLED)) ->
 		/* P4, in the fault-free suffix */
 		if
-		:: now >= FAULT_END ->
+		:: now >= FAULT_END && P4_ON ->
 			if
 			:: led || ANY(LEADING) -> p4 = 0
 			:: else ->

@@ -619,3 +619,56 @@ func TestHandOffMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestJobMatchesMigration: the job claim lease.pml models under -DJOB is
+// the one the latest migrations define: job_claim records a run only for a
+// term holding the job's lease unexpired (the lease row's holder and token,
+// not handed off), inserts the run if absent, takes over a run left running
+// only with a higher token (at least once), and job_finish records the end
+// only for the run's own token; the job runner's Claim hook is job_claim
+// with the term's token, and the function runs only after run or retry.
+func TestJobMatchesMigration(t *testing.T) {
+	for _, c := range []struct{ fn, want string }{
+		{"pgleader.job_claim(", "WHERE l.key = p_job AND l.holder = p_owner AND l.token = p_token\n                      AND NOT l.handed_off AND l.expires_at > t"},
+		{"pgleader.job_claim(", "VALUES (p_job, p_instant, 'running', p_owner, p_token, 1, t)\n        ON CONFLICT (job, instant) DO NOTHING"},
+		{"pgleader.job_claim(", "ELSIF r.state = 'running' AND r.token = p_token AND r.owner = p_owner THEN"},
+		{"pgleader.job_claim(", "ELSIF r.state = 'running' AND r.token < p_token AND p_retry_until IS NOT NULL AND t <= p_retry_until THEN"},
+		{"pgleader.job_finish(", "WHERE jr.job = p_job AND jr.instant = p_instant AND jr.owner = p_owner AND jr.token = p_token\n       AND jr.state = 'running';"},
+	} {
+		body, file := lastDefinition(t, c.fn)
+		if !strings.Contains(body, c.want) {
+			t.Errorf("%s (%s) no longer has %q: update lease.pml's job claim and this test", c.fn, file, c.want)
+		}
+	}
+	for file, wants := range map[string][]string{
+		"lease.pml": {
+			"#define JOB_HELD (holder == i + 1 && ltoken == r[i].wrTok && expires > now)",
+			"#define JOB_RETRY (JOB_HELD && jstate == J_RUNNING && jtok < r[i].wrTok)",
+			":: JOB_HELD && jstate == J_NONE ->\n\t\tok = true; jstate = J_RUNNING; jtok = r[i].wrTok;",
+			":: JOB_HELD && jstate == J_RUNNING && jtok == r[i].wrTok ->",
+			":: jstate == J_RUNNING && jtok == r[i].tok -> jstate = J_DONE;",
+			"#define CLAIM_SEND  r[i].wr = W_JOB; r[i].wrTok = r[i].tok;",
+		},
+		"check.sh": {
+			`"job|pass|-DJOB `,
+			`"job-at-least-once|pass|-DJOB -DATLEASTONCE `,
+			`"mutant-job-no-lease|fail|-DJOB -DMUTANT_JOB_NO_LEASE `,
+			`"mutant-job-retry-any|fail|-DJOB -DATLEASTONCE -DMUTANT_JOB_RETRY_ANY `,
+		},
+		"../pgleader/job.go": {
+			"FROM pgleader.job_claim($1, $2, $3, $4, $5, $6)`, exec,\n\t\t\tr.job.Name, r.instant, t.Owner(), t.Token(), retryUntil, fence)",
+			"case \"run\", \"retry\":",
+			"el, err := New(p, spec, Options{Owner: job.Owner, Logger: job.Logger, Observer: obs, Claim: r.claim, Lead: r.lead})",
+		},
+	} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range wants {
+			if !strings.Contains(string(src), want) {
+				t.Errorf("%s lacks %q: update lease.pml's job claim and this test", file, want)
+			}
+		}
+	}
+}
