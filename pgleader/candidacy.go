@@ -165,7 +165,10 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 		switch {
 		case err == nil && won:
 			rctx, rcancel := context.WithTimeout(context.Background(), e.spec.ReleaseTimeout)
-			_, _ = e.backend.Release(rctx, e.spec.Key, e.opts.Owner, lease.Token)
+			if _, rerr := e.backend.Release(rctx, e.spec.Key, e.opts.Owner, lease.Token); rerr != nil {
+				e.log.Warn("could not release a term won by a campaign while stopping; it lapses after its TTL",
+					"key", e.spec.Key, "owner", e.opts.Owner, "token", lease.Token, "err", rerr)
+			}
 			rcancel()
 		case err != nil:
 			e.releaseUnanswered()
@@ -191,10 +194,19 @@ func (e *Elector) releaseUnanswered() {
 	ctx, cancel := context.WithTimeout(context.Background(), e.spec.ReleaseTimeout)
 	defer cancel()
 	l, err := e.backend.Lease(ctx, e.spec.Key)
-	if err != nil || !l.Held() || l.Holder != e.opts.Owner {
+	if err != nil {
+		e.log.Warn("could not read the lease after a campaign cancelled before its answer; a term it won lapses after its TTL",
+			"key", e.spec.Key, "owner", e.opts.Owner, "err", err)
 		return
 	}
-	if released, err := e.backend.Release(ctx, e.spec.Key, e.opts.Owner, l.Token); err == nil && released {
+	if !l.Held() || l.Holder != e.opts.Owner {
+		return
+	}
+	switch released, err := e.backend.Release(ctx, e.spec.Key, e.opts.Owner, l.Token); {
+	case err != nil:
+		e.log.Warn("could not release a term won by a campaign cancelled before its answer; it lapses after its TTL",
+			"key", e.spec.Key, "owner", e.opts.Owner, "token", l.Token, "err", err)
+	case released:
 		e.log.Info("released a term won by a campaign cancelled before its answer", "key", e.spec.Key, "owner", e.opts.Owner, "token", l.Token)
 	}
 }
