@@ -170,11 +170,9 @@ func (p *Postgres) Candidates(ctx context.Context, key string) ([]Candidate, err
 	var out []Candidate
 	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
 		out = nil
-		q, ok := db.(interface {
-			Query(context.Context, string, ...any) (pgx.Rows, error)
-		})
-		if !ok {
-			return fmt.Errorf("pgleader: %T cannot run a query that returns rows", db)
+		q, err := rowQuerier(db)
+		if err != nil {
+			return err
 		}
 		rows, err := q.Query(ctx, `SELECT owner, priority, registered_at, expires_at, value FROM pgleader.candidates($1)`, exec, key)
 		if err != nil {
@@ -271,3 +269,18 @@ ROLLBACK`, key, rehearsalOwner, ttl.Microseconds(), (ttl / 2).Microseconds())
 
 // rehearsalOwner starts the names of the owners of a rehearsal.
 const rehearsalOwner = "pgleader.rehearsal"
+
+// querier is a DB that can run a query returning rows: a pool, a
+// connection, a transaction.
+type querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
+// rowQuerier returns db as a querier, or an error naming its type.
+func rowQuerier(db DB) (querier, error) {
+	q, ok := db.(querier)
+	if !ok {
+		return nil, fmt.Errorf("pgleader: %T cannot run a query that returns rows", db)
+	}
+	return q, nil
+}

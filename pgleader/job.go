@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/robfig/cron/v3"
@@ -715,35 +714,37 @@ func (p *Postgres) JobStatuses(ctx context.Context, job string) ([]JobStatus, er
 	if job != "" {
 		arg = pgtype.Text{String: job, Valid: true}
 	}
-	q, ok := p.db.(interface {
-		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	})
-	if !ok {
-		return nil, invalidf("JobStatuses needs a DB that can Query (a pool, a connection)")
-	}
-	rows, err := q.Query(ctx, `SELECT job, schedule, next_at, role, instant, state, owner, token, attempt, started_at,
-		finished_at, error, db_now FROM pgleader.job_status($1)`, arg)
-	if err != nil {
-		return nil, sqlError("job_status", err)
-	}
-	defer rows.Close()
 	var out []JobStatus
-	for rows.Next() {
-		var s JobStatus
-		var next, instant, started, finished pgtype.Timestamptz
-		var state, owner, msg pgtype.Text
-		var token pgtype.Int8
-		var attempt pgtype.Int4
-		if err := rows.Scan(&s.Job, &s.Schedule, &next, &s.Role, &instant, &state, &owner, &token, &attempt,
-			&started, &finished, &msg, &s.Now); err != nil {
-			return nil, sqlError("job_status", err)
+	err := p.with(ctx, func(db DB, _ *pgconn.PgConn) error {
+		out = nil
+		q, err := rowQuerier(db)
+		if err != nil {
+			return err
 		}
-		s.NextAt = next.Time
-		s.Last = JobRunRecord{Instant: instant.Time, State: state.String, Owner: owner.String, Token: token.Int64,
-			Attempt: int(attempt.Int32), StartedAt: started.Time, FinishedAt: finished.Time, Error: msg.String}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
+		rows, err := q.Query(ctx, `SELECT job, schedule, next_at, role, instant, state, owner, token, attempt, started_at,
+			finished_at, error, db_now FROM pgleader.job_status($1)`, exec, arg)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s JobStatus
+			var next, instant, started, finished pgtype.Timestamptz
+			var state, owner, msg pgtype.Text
+			var token pgtype.Int8
+			var attempt pgtype.Int4
+			if err := rows.Scan(&s.Job, &s.Schedule, &next, &s.Role, &instant, &state, &owner, &token, &attempt,
+				&started, &finished, &msg, &s.Now); err != nil {
+				return err
+			}
+			s.NextAt = next.Time
+			s.Last = JobRunRecord{Instant: instant.Time, State: state.String, Owner: owner.String, Token: token.Int64,
+				Attempt: int(attempt.Int32), StartedAt: started.Time, FinishedAt: finished.Time, Error: msg.String}
+			out = append(out, s)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, sqlError("job_status", err)
 	}
 	return out, nil
