@@ -255,11 +255,24 @@ func (r *run) lead(ctx context.Context, t *pgleader.Term) error {
 		r.job, r.rec.Instant, t.Owner(), t.Token(), ok, msg, r.l.opts.KeepRuns).Scan(&recorded)
 	switch {
 	case err != nil:
-		return fmt.Errorf("gocronpgleader: job_finish: %w", err)
+		err = fmt.Errorf("gocronpgleader: job_finish: %w", err)
 	case !recorded:
-		return fmt.Errorf("gocronpgleader: the run of %q at %v was no longer this term's to record", r.job, r.rec.Instant)
+		err = fmt.Errorf("gocronpgleader: the run of %q at %v was no longer this term's to record", r.job, r.rec.Instant)
 	}
-	return nil
+	if err != nil {
+		// gocron ignores Unlock's error: say it here.
+		r.l.logger().Warn("gocronpgleader: the run's end was not recorded", "job", r.job, "instant", r.rec.Instant,
+			"token", t.Token(), "err", err)
+	}
+	return err
+}
+
+// logger is Options.Logger, else slog.Default().
+func (l *Locker) logger() *slog.Logger {
+	if l.opts.Logger != nil {
+		return l.opts.Logger
+	}
+	return slog.Default()
 }
 
 // Unlock implements gocron.Lock: it records the run's end and releases

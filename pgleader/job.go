@@ -559,7 +559,10 @@ func (r *jobRunner) attempt(ctx context.Context, instant time.Time) error {
 			// already let it go), but not past the next instant: a run left
 			// later is taken over after an instant (retryLeft).
 			pause := MinInterval
-			if l, lerr := r.p.Lease(ctx, r.job.Name); lerr == nil && l.Held() {
+			switch l, lerr := r.p.Lease(ctx, r.job.Name); {
+			case lerr != nil:
+				r.log.Warn("pgleader: job: cannot read the job's lease; trying again shortly", "job", r.job.Name, "instant", instant, "err", lerr)
+			case l.Held():
 				pause = min(l.Remaining()+MinInterval, r.spec.TTL)
 			}
 			giveUp := startBy
