@@ -63,6 +63,27 @@ type Options struct {
 	// refused claims of runs skipped as already run (as pgleader.RunJob
 	// leaves them out).
 	Observer pgleader.Observer
+
+	// AtLeastOnce retries the runs that did not record their end: their
+	// replica died, was cut off from the database, or gocron cancelled
+	// the run. A later Lock of the job that claims a run, on any replica,
+	// first finds the runs left running by earlier terms (started less
+	// than RetryWithin ago) and the function from [Locker.Task] runs each
+	// of them again, oldest first, as attempt + 1 under its own term's
+	// higher token, before the run gocron fired it for. gocron fires a
+	// Locker once per instant and never again for a past one, so the
+	// retry waits for the job's next firing after the dead run's lease
+	// lapsed. Only functions wrapped by Task retry runs (a plain gocron
+	// function cannot be handed another run's instant); for others the
+	// runs left running are logged at Warn and stay running. Without it
+	// (the default) a run is at most once. A run whose function returned
+	// an error is recorded failed and is not retried either way.
+	AtLeastOnce bool
+	// RetryWithin is how long after its start a run left running may
+	// still be retried (AtLeastOnce only; then required). It must exceed
+	// the job's longest interval plus the Spec's TTL, or a run left
+	// running may have no firing to retry it in.
+	RetryWithin time.Duration
 }
 
 // Locker is a gocron.Locker on pgleader: Lock wins the job's lease (the
@@ -94,6 +115,11 @@ func NewLocker(db pgleader.DB, opts Options) (*Locker, error) {
 		return nil, fmt.Errorf("%w: Options.Spec.Key must be empty: each run's key is its job's name", pgleader.ErrInvalid)
 	case opts.KeepRuns < 0:
 		return nil, fmt.Errorf("%w: Options.KeepRuns must not be negative, got %d", pgleader.ErrInvalid, opts.KeepRuns)
+	case opts.AtLeastOnce && opts.RetryWithin <= 0:
+		return nil, fmt.Errorf("%w: Options.RetryWithin is required with AtLeastOnce and must be positive, got %v: "+
+			"set it above the jobs' longest interval plus the TTL", pgleader.ErrInvalid, opts.RetryWithin)
+	case !opts.AtLeastOnce && opts.RetryWithin != 0:
+		return nil, fmt.Errorf("%w: Options.RetryWithin is set but AtLeastOnce is not", pgleader.ErrInvalid)
 	}
 	spec := opts.Spec
 	spec.Key = "gocronpgleader"
@@ -143,6 +169,11 @@ type run struct {
 	rec  pgleader.JobRun
 	// skip says why the claim refused the run.
 	skip string
+	// left are the instants of the runs left running by earlier terms
+	// that this run's term may retry (AtLeastOnce), oldest first; a Task
+	// takes them over before its own run.
+	left    []time.Time
+	retried bool // a Task took left in hand; read after unlock
 
 	err  error // RunOnce's, set before done closes
 	fail error // the body's error, set by a Task before Unlock
@@ -210,10 +241,21 @@ func (l *Locker) forget(r *run) {
 func (r *run) claim(ctx context.Context, t *pgleader.Term) (bool, error) {
 	var now time.Time
 	var last pgtype.Timestamptz
+	var left []time.Time
+	// The runs left running by earlier terms: the lease is this term's,
+	// so none of them has a live term.
 	err := r.l.db.QueryRow(ctx, `SELECT pgleader.job_schedule($1, $2, NULL),
-		(SELECT instant FROM pgleader.job_runs($1, 1))`, r.job, scheduleDesc).Scan(&now, &last)
+		(SELECT instant FROM pgleader.job_runs($1, 1)),
+		(SELECT coalesce(array_agg(r.instant ORDER BY r.instant), '{}') FROM pgleader.job_runs($1, 1000) AS r
+		  WHERE $3 AND r.state = 'running' AND r.token < $4)`,
+		r.job, scheduleDesc, r.l.opts.AtLeastOnce, t.Token()).Scan(&now, &last, &left)
 	if err != nil {
 		return false, fmt.Errorf("gocronpgleader: job_schedule: %w", err)
+	}
+	for _, at := range left {
+		if now.Before(at.Add(r.l.opts.RetryWithin)) {
+			r.left = append(r.left, at)
+		}
 	}
 	if last.Valid && now.Sub(last.Time) < r.l.opts.Window {
 		r.skip = fmt.Sprintf("a run of %q started %v ago, less than Window (%v)",
@@ -245,26 +287,80 @@ func (r *run) lead(ctx context.Context, t *pgleader.Term) error {
 	case <-ctx.Done():
 		return fmt.Errorf("gocronpgleader: the term of %q ended before Unlock: %w", r.job, ctx.Err())
 	}
-	ok := r.fail == nil
+	if len(r.left) > 0 && !r.retried {
+		r.l.logger().Warn("gocronpgleader: runs left running were not retried: AtLeastOnce retries them only "+
+			"through a function wrapped by Locker.Task", "job", r.job, "instants", r.left)
+	}
+	return r.finish(ctx, t, r.rec.Instant, r.fail)
+}
+
+// finish records the end of the run of the job at instant that t claimed:
+// done, or failed with fail. It says at Warn why the end could not be
+// recorded (gocron ignores Unlock's error).
+func (r *run) finish(ctx context.Context, t *pgleader.Term, instant time.Time, fail error) error {
 	var msg pgtype.Text
-	if !ok {
-		msg = pgtype.Text{String: strings.ToValidUTF8(r.fail.Error(), "?"), Valid: true}
+	if fail != nil {
+		msg = pgtype.Text{String: strings.ToValidUTF8(fail.Error(), "?"), Valid: true}
 	}
 	var recorded bool
 	err := r.l.db.QueryRow(ctx, `SELECT pgleader.job_finish($1, $2, $3, $4, $5, $6, $7)`,
-		r.job, r.rec.Instant, t.Owner(), t.Token(), ok, msg, r.l.opts.KeepRuns).Scan(&recorded)
+		r.job, instant, t.Owner(), t.Token(), fail == nil, msg, r.l.opts.KeepRuns).Scan(&recorded)
 	switch {
 	case err != nil:
 		err = fmt.Errorf("gocronpgleader: job_finish: %w", err)
 	case !recorded:
-		err = fmt.Errorf("gocronpgleader: the run of %q at %v was no longer this term's to record", r.job, r.rec.Instant)
+		err = fmt.Errorf("gocronpgleader: the run of %q at %v was no longer this term's to record", r.job, instant)
 	}
 	if err != nil {
-		// gocron ignores Unlock's error: say it here.
-		r.l.logger().Warn("gocronpgleader: the run's end was not recorded", "job", r.job, "instant", r.rec.Instant,
+		r.l.logger().Warn("gocronpgleader: the run's end was not recorded", "job", r.job, "instant", instant,
 			"token", t.Token(), "err", err)
 	}
 	return err
+}
+
+// retryLeft runs fn again for each run left running that the claim found
+// (AtLeastOnce), oldest first: each is taken over by this run's term
+// (pgleader.job_claim's retry: the token is this term's, the attempt one
+// more) and its end recorded. It stops when ctx ends; a run another term
+// took over first, or whose RetryWithin passed, is passed over.
+func (r *run) retryLeft(ctx context.Context, fn func(context.Context, *pgleader.Term, pgleader.JobRun) error) {
+	r.retried = true
+	for _, instant := range r.left {
+		if ctx.Err() != nil {
+			return
+		}
+		var outcome string
+		var attempt pgtype.Int4
+		err := r.l.db.QueryRow(ctx, `SELECT outcome, attempt FROM pgleader.job_claim($1, $2, $3, $4, $5)`,
+			r.job, instant, r.term.Owner(), r.term.Token(), instant.Add(r.l.opts.RetryWithin)).Scan(&outcome, &attempt)
+		if err != nil {
+			r.l.logger().Warn("gocronpgleader: could not take over a run left running", "job", r.job, "instant", instant,
+				"err", fmt.Errorf("job_claim: %w", err))
+			return
+		}
+		if outcome != "retry" {
+			r.l.logger().Info("gocronpgleader: a run left running was not retried", "job", r.job, "instant", instant,
+				"outcome", outcome)
+			if outcome == "lost" {
+				return
+			}
+			continue
+		}
+		rec := pgleader.JobRun{Job: r.job, Instant: instant, Attempt: int(attempt.Int32), Token: r.term.Token()}
+		r.l.logger().Info("gocronpgleader: retrying a run left running", "job", r.job, "instant", instant,
+			"attempt", rec.Attempt, "token", rec.Token)
+		ferr := fn(ctx, r.term, rec)
+		if ferr != nil && !r.term.Live() {
+			// The term ended under the retry: the run stays running, for
+			// another retry.
+			r.l.logger().Warn("gocronpgleader: the retry's term ended before it finished; its end is not recorded",
+				"job", r.job, "instant", instant, "token", rec.Token, "reason", r.term.Reason(), "err", ferr)
+			return
+		}
+		// Recorded under the term's context: gocron's cancelling the
+		// job's context does not end the term.
+		_ = r.finish(r.ctx, r.term, instant, ferr)
+	}
 }
 
 // logger is Options.Logger, else slog.Default().
@@ -329,6 +425,14 @@ func (l *Locker) Task(job string, fn func(ctx context.Context, t *pgleader.Term,
 		defer cancel()
 		stop := context.AfterFunc(jobCtx, cancel)
 		defer stop()
+		if len(r.left) > 0 {
+			r.retryLeft(ctx, fn)
+			if err := r.ctx.Err(); err != nil {
+				// The term ended in a retry: this run stays running too.
+				r.fail = fmt.Errorf("gocronpgleader: the term of %q ended while it retried runs left running: %w", job, err)
+				return r.fail
+			}
+		}
 		err := fn(ctx, r.term, r.rec)
 		r.fail = err
 		return err
