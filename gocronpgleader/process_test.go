@@ -28,8 +28,9 @@ import (
 const hang = 60 * time.Second
 
 // entryTable is the table the replicas' task writes: one entry per run it
-// starts, completed when the run ends. No key on the instant or the
-// second: a second run twice shows as two entries.
+// starts, completed when the run ends. No key on the second: a second run
+// twice shows as two entries. A retry (at least once) has the token of
+// the run its term claimed next, and the instant of the run it retries.
 const entryTable = `CREATE TABLE gocrontest_entry (
     job          text        NOT NULL,
     instant      timestamptz NOT NULL,
@@ -38,7 +39,7 @@ const entryTable = `CREATE TABLE gocrontest_entry (
     fence_before bigint      NOT NULL,
     started      timestamptz NOT NULL,
     completed_at timestamptz,
-    PRIMARY KEY (job, token)
+    PRIMARY KEY (job, instant, token)
 )`
 
 // buildReplica compiles the replica into a temporary directory, with the
@@ -160,6 +161,8 @@ type jobRun struct {
 	State   string
 	Owner   string
 	Token   int64
+	Attempt int
+	Started time.Time
 }
 
 // procEntry is a row of gocrontest_entry.
@@ -189,7 +192,8 @@ func readProcHistory(t *testing.T, pool *pgxpool.Pool, job string) procHistory {
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	var h procHistory
-	rows, err := pool.Query(ctx, `SELECT instant, state, owner, token FROM pgleader.job_run WHERE job = $1 ORDER BY instant`, job)
+	rows, err := pool.Query(ctx, `SELECT instant, state, owner, token, attempt, started_at
+		FROM pgleader.job_run WHERE job = $1 ORDER BY instant`, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +202,7 @@ func readProcHistory(t *testing.T, pool *pgxpool.Pool, job string) procHistory {
 		t.Fatal(err)
 	}
 	rows, err = pool.Query(ctx, `SELECT instant, owner, token, fence_before, started, completed_at IS NOT NULL
-		FROM gocrontest_entry WHERE job = $1 ORDER BY token`, job)
+		FROM gocrontest_entry WHERE job = $1 ORDER BY token, started`, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,6 +255,41 @@ func (h procHistory) entryOf(token int64) (procEntry, bool) {
 		}
 	}
 	return procEntry{}, false
+}
+
+// runAt returns the run of instant.
+func (h procHistory) runAt(instant time.Time) (jobRun, bool) {
+	for _, r := range h.runs {
+		if r.Instant.Equal(instant) {
+			return r, true
+		}
+	}
+	return jobRun{}, false
+}
+
+// entriesAt returns the entries of the run of instant, by token.
+func (h procHistory) entriesAt(instant time.Time) []procEntry {
+	var out []procEntry
+	for _, e := range h.entries {
+		if e.Instant.Equal(instant) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// runsString lists the runs, each with its entries.
+func (h procHistory) runsString() string {
+	var b bytes.Buffer
+	for _, r := range h.runs {
+		fmt.Fprintf(&b, "  run at %s %s owner=%s token=%d attempt=%d started %s\n", r.Instant.Format("15:04:05.000"),
+			r.State, r.Owner, r.Token, r.Attempt, r.Started.Format("15:04:05.000"))
+		for _, e := range h.entriesAt(r.Instant) {
+			fmt.Fprintf(&b, "    entry second %d by %s token=%d started %s fence_before=%d completed=%v\n", h.index(e.second()),
+				e.Owner, e.Token, e.Started.Format("15:04:05.000"), e.FenceBefore, e.Completed)
+		}
+	}
+	return b.String()
 }
 
 func (h procHistory) String() string {

@@ -7,14 +7,18 @@
 // Usage:
 //
 //	replica -database URL -job NAME -owner NAME [-window 500ms] [-work D] [-clock-ahead D]
+//	        [-at-least-once -retry-within D] [-hang-first]
 //
 // The job runs at every second of the scheduler's clock (a cron schedule
 // with seconds). A run inserts its entry (the run's instant and token on
 // the database clock, the owner, the fence's token as the run found it,
 // and the real clock's time at the task's start), works for -work, then
 // marks the entry completed; both writes take the fence with the run's
-// token. On SIGTERM or SIGINT the scheduler shuts down, waiting for the
-// run in progress, and the replica exits 0.
+// token. With -hang-first the first run of the process never completes: it
+// blocks after its entry until its context ends (the term's end, or
+// gocron's shutdown). With -at-least-once the Locker retries runs left
+// running (Options.AtLeastOnce). On SIGTERM or SIGINT the scheduler shuts
+// down, waiting for the run in progress, and the replica exits 0.
 package main
 
 import (
@@ -25,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,9 +44,11 @@ import (
 )
 
 type config struct {
-	database, job, owner string
-	window, work         time.Duration
-	clockAhead           time.Duration
+	database, job, owner   string
+	window, work           time.Duration
+	clockAhead             time.Duration
+	atLeastOnce, hangFirst bool
+	retryWithin            time.Duration
 }
 
 func main() {
@@ -52,6 +59,9 @@ func main() {
 	flag.DurationVar(&c.window, "window", 500*time.Millisecond, "the Locker's Window")
 	flag.DurationVar(&c.work, "work", 0, "how long a run works between its entry and its completion")
 	flag.DurationVar(&c.clockAhead, "clock-ahead", 0, "run the scheduler's clock this much ahead")
+	flag.BoolVar(&c.atLeastOnce, "at-least-once", false, "retry runs left running (Options.AtLeastOnce)")
+	flag.DurationVar(&c.retryWithin, "retry-within", 0, "Options.RetryWithin")
+	flag.BoolVar(&c.hangFirst, "hang-first", false, "block the first run of this process after its entry, until its context ends")
 	flag.Parse()
 	if c.database == "" || c.job == "" || c.owner == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "replica: -database, -job and -owner are required, and nothing else")
@@ -86,7 +96,8 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	locker, err := gocronpgleader.NewLocker(pool, gocronpgleader.Options{Window: c.window, Owner: c.owner, Logger: log})
+	locker, err := gocronpgleader.NewLocker(pool, gocronpgleader.Options{Window: c.window, Owner: c.owner, Logger: log,
+		AtLeastOnce: c.atLeastOnce, RetryWithin: c.retryWithin})
 	if err != nil {
 		return err
 	}
@@ -96,8 +107,10 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	guard := sqlfence.Guard{Resource: "gocrontest/" + c.job}
+	var ran atomic.Bool
 	task := func(ctx context.Context, t *pgleader.Term, r pgleader.JobRun) error {
-		err := record(ctx, pool, guard, c.work, t, r)
+		hang := c.hangFirst && !ran.Swap(true)
+		err := record(ctx, pool, guard, c.work, hang, t, r)
 		if err != nil {
 			log.Error("run failed", "instant", r.Instant, "token", r.Token, "err", err)
 		} else {
@@ -122,7 +135,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 
 // record is the job's work: the run's entry, -work, the entry's completion,
 // each write under the fence with the run's token.
-func record(ctx context.Context, pool *pgxpool.Pool, guard sqlfence.Guard, work time.Duration, t *pgleader.Term, r pgleader.JobRun) error {
+func record(ctx context.Context, pool *pgxpool.Pool, guard sqlfence.Guard, work time.Duration, hang bool, t *pgleader.Term, r pgleader.JobRun) error {
 	started := time.Now()
 	// A run is short and finishes what it started: gocron cancels the
 	// job's context at shutdown, while it waits for the run. The
@@ -144,10 +157,14 @@ func record(ctx context.Context, pool *pgxpool.Pool, guard sqlfence.Guard, work 
 	if err != nil {
 		return fmt.Errorf("entry of the run at %v: %w", r.Instant, err)
 	}
+	if hang {
+		<-ctx.Done()
+		return fmt.Errorf("the run at %v hung: %w", r.Instant, ctx.Err())
+	}
 	time.Sleep(work)
 	return guard.Write(wctx, pool, r.Token, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(wctx, `UPDATE gocrontest_entry SET completed_at = clock_timestamp()
-			WHERE job = $1 AND token = $2`, r.Job, r.Token)
+			WHERE job = $1 AND instant = $2 AND token = $3`, r.Job, r.Instant, r.Token)
 		if err == nil && tag.RowsAffected() != 1 {
 			err = errors.New("no entry to complete")
 		}
