@@ -52,6 +52,23 @@
 // that is not wrapped. [Elector.Task] and [Elector.Term] do the same for
 // the Elector.
 //
+// # At least once
+//
+// By default a run is at most once: a run whose replica died (or whose
+// context gocron cancelled at shutdown) stays running in job_run and is
+// not repeated. With Options.AtLeastOnce, the next Lock of the job that
+// claims a run, on any replica, also finds the runs left running by
+// earlier terms (none of them has a live term: the lease is the new
+// term's), and the function from [Locker.Task] runs each again, oldest
+// first, as attempt + 1 under the new term's higher token, then the run
+// gocron fired it for. gocron never calls a Locker again for a past
+// firing, so the retry comes at the job's first firing after the dead
+// run's lease lapsed; Options.RetryWithin, required, bounds how long
+// after its start a run may still be retried and must exceed the job's
+// longest interval plus the TTL. A function not wrapped by Task cannot be
+// handed another run's instant: its runs left running are said at Warn and
+// stay running.
+//
 // # The Elector's weaker guarantee
 //
 // With an [Elector], only the scheduler of the replica whose pgleader term
@@ -86,6 +103,16 @@
 // running, 5 or 6 instants missed while its lease (TTL 6 s) lasted, every
 // other run done, the fence taken in token order; tasks started at most
 // 236 ms after their second.
+//
+// TestLockerProcessesAtLeastOnce, the same three processes with
+// AtLeastOnce (RetryWithin 20 s): the third replica starts from second 10
+// with a first run that hangs and is SIGKILLed in it; the first firing
+// after its lease lapsed retries it on another replica (attempt 2, a
+// higher token) and a late write with the killed run's token is refused;
+// the replica restarts, and another is SIGTERMed in a run. In its first
+// run: 55 seconds, 50 runs, every run done and completed exactly once,
+// the retry 6 s after the killed run started, 5 seconds without a run
+// while its lease lasted.
 //
 // From instant to body, a job every second, 30 instants after one of
 // warm-up, the three side by side in one run (cd gocronpgleader && go run
