@@ -281,7 +281,7 @@ type jobRunner struct {
 // and the instant has not been run, runs job.Run. It returns nil once ctx is
 // cancelled (after the run in progress, if any, ended as a term ends), or
 // at once an error that retrying cannot cure ([Permanent]): bad
-// configuration, no schema, no grant.
+// configuration, no schema, no grant, a TTL above the database's max_ttl.
 //
 // RunJob needs the Postgres backend: the runs are recorded in the database
 // that holds the lease. The schema must be at version 18 or later.
@@ -386,6 +386,29 @@ func (r *jobRunner) observe(kind ObservationKind, instant time.Time, missed bool
 		Missed: missed, Took: took, Err: err})
 }
 
+// start reads the clock, as schedule does, and the database's max_ttl: a
+// TTL above it would be refused only at the first instant's campaign,
+// which may be hours away, so RunJob refuses it at once, as the database
+// would.
+func (r *jobRunner) start(ctx context.Context) error {
+	sent := jobclock.Now()
+	var db time.Time
+	var maxTTL time.Duration
+	err := r.p.with(ctx, func(conn DB, _ *pgconn.PgConn) error {
+		return conn.QueryRow(ctx, `SELECT pgleader.job_schedule($1, $2, NULL), (SELECT g.max_ttl FROM pgleader.grace() AS g)`,
+			exec, r.job.Name, r.sched.desc).Scan(&db, &maxTTL)
+	})
+	if err != nil {
+		return sqlError("job_schedule", err)
+	}
+	r.read(sent, db)
+	if r.spec.TTL > maxTTL {
+		return invalidf("job %q: Spec.TTL %v exceeds the database's max_ttl %v: use a shorter TTL, "+
+			"or raise the limit with pgleader.set_max_ttl (it is also the grace after a failover)", r.job.Name, r.spec.TTL, maxTTL)
+	}
+	return nil
+}
+
 // schedule records the next instant in pgleader.job and reads the clock.
 func (r *jobRunner) schedule(ctx context.Context, next time.Time) error {
 	var nextArg pgtype.Timestamptz
@@ -409,7 +432,7 @@ func (r *jobRunner) loop(ctx context.Context) error {
 	// The first reading of the clock; errors that retrying cannot cure end
 	// RunJob here.
 	for {
-		err := r.schedule(ctx, time.Time{})
+		err := r.start(ctx)
 		if err == nil {
 			break
 		}

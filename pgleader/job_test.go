@@ -504,3 +504,25 @@ func TestJobTakesOverAfterAnInstant(t *testing.T) {
 		t.Fatalf("the run left at %v is %q (%v), want done", left, state, err)
 	}
 }
+
+// TestJobTTLAboveMaxTTL: a job whose TTL exceeds the database's max_ttl is
+// refused when RunJob starts, not at its first instant's campaign (an
+// hour away here), with an error that retrying cannot cure and that says
+// the fix.
+func TestJobTTLAboveMaxTTL(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.Pool.Exec(ctx, `SELECT pgleader.set_max_ttl('1 second')`); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	err := pgleader.RunJob(ctx, pgleader.NewPostgres(db.Pool), pgleader.Job{Name: "hourly", Every: time.Hour, Spec: jobSpec(),
+		Run: func(context.Context, *pgleader.Term, pgleader.JobRun) error { return nil }})
+	if !pgleader.Permanent(err) || !errors.Is(err, pgleader.ErrInvalid) || !strings.Contains(err.Error(), "max_ttl 1s") ||
+		!strings.Contains(err.Error(), "set_max_ttl") {
+		t.Fatalf("RunJob with a TTL of 2s over a max_ttl of 1s = %v; want ErrInvalid naming max_ttl and set_max_ttl", err)
+	}
+	t.Logf("refused after %v: %v", time.Since(started).Round(time.Millisecond), err)
+}
