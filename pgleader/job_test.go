@@ -71,10 +71,36 @@ func runJob(t *testing.T, pool *pgxpool.Pool, job pgleader.Job) (stop func() err
 func TestJobOncePerInstant(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
+	oncePerInstant(t, db, func() *pgxpool.Pool { return db.NewPool(t) })
+}
+
+// TestJobThroughPgbouncer: the same through pgbouncer in transaction
+// pooling mode, each runner on a pool with pgx's defaults: the job's
+// statements are single statements, and a run's term outlives the server
+// connections that carry them.
+func TestJobThroughPgbouncer(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	via := db.Pgbouncer(t)
+	oncePerInstant(t, db, func() *pgxpool.Pool {
+		p, err := pgxpool.New(context.Background(), via)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	})
+}
+
+// oncePerInstant runs three runners of a job every second, each on a pool
+// from newPool, until 6 instants ran, and checks each ran once, recorded
+// done by the term that ran it, with tokens growing.
+func oncePerInstant(t *testing.T, db *pgtest.DB, newPool func() *pgxpool.Pool) {
+	t.Helper()
 	var got entries
 	var stops []func() error
 	for _, owner := range []string{"a", "b", "c"} {
-		stops = append(stops, runJob(t, db.NewPool(t), pgleader.Job{
+		stops = append(stops, runJob(t, newPool(), pgleader.Job{
 			Name: "tick", Every: time.Second, Owner: owner, Spec: jobSpec(),
 			Run: func(ctx context.Context, term *pgleader.Term, r pgleader.JobRun) error {
 				if term.Token() != r.Token || r.Attempt != 1 || r.Job != "tick" {
