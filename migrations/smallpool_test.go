@@ -192,9 +192,9 @@ func TestPoolOfOneRefusals(t *testing.T) {
 }
 
 // TestConcurrentUpSmallPool has six callers share a pool of four: Up
-// from each at once, then Up and Version mixed. Each call holds one
-// connection at a time, so every call completes and the schema is built
-// once.
+// from each at once, then Up and Version mixed, then Up, To, Down and
+// Version mixed. Each call holds one connection at a time, so every call
+// completes and the schema is built once.
 func TestConcurrentUpSmallPool(t *testing.T) {
 	t.Parallel()
 	ref := pgtest.New(t)
@@ -240,6 +240,28 @@ func TestConcurrentUpSmallPool(t *testing.T) {
 		}
 		return err
 	})
+	wantLatestOnce(t, pool, want)
+	noneAcquired(t, pool)
+
+	// Each takes the migration lock in turn, in no set order: the schema
+	// ends at whichever version the last one left, and Up brings it back.
+	together("Up, To, Down or Version", func(i int) error {
+		switch i % 4 {
+		case 0:
+			return migrations.Up(ctx, pool)
+		case 1:
+			return migrations.To(ctx, pool, 1)
+		case 2:
+			return migrations.Down(ctx, pool)
+		}
+		v, dirty, err := migrations.Version(ctx, pool)
+		if err == nil && (dirty || !slices.Contains(shipped, v)) {
+			err = fmt.Errorf("Version = %d dirty=%v; want a shipped version or 0, clean", v, dirty)
+		}
+		return err
+	})
+	noneAcquired(t, pool)
+	mustBounded(t, ctx, "Up after the mix", func() error { return migrations.Up(ctx, pool) })
 	wantLatestOnce(t, pool, want)
 	noneAcquired(t, pool)
 }

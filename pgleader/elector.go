@@ -112,7 +112,8 @@ var ErrRunning = errors.New("pgleader: Run called while the elector is already r
 // every term it wins. Backend errors are logged and retried with backoff
 // (CampaignEvery, doubling up to TTL/2), except one that retrying cannot
 // cure ([Permanent]: no schema, no grant, a TTL above the database's
-// max_ttl) before the first campaign is answered: Run returns it. When ctx
+// max_ttl) before the first campaign is answered: Run returns it, and
+// Status then says StateStopped with that error as LastError. When ctx
 // is cancelled, a live term ends as stopped: the body is told at once,
 // cancelled YieldGrace later (at once with Options.CancelOnStop), and the
 // lease is released within ReleaseTimeout after the body returns (a body

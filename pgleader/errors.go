@@ -50,10 +50,11 @@ var (
 // schema is missing or older than this module needs ([ErrNotMigrated]),
 // the connection's role may not use it or the key ([ErrForbidden]), or the
 // database refused an argument, such as a TTL above its max_ttl
-// ([ErrInvalid]). Such an error ends [Elector.Run] and [Set.Run] when it
-// comes before their first answer from the database; after one, they log
-// it and retry, since a migration or a grant under way can cause it for a
-// moment.
+// ([ErrInvalid]). Such an error ends [Elector.Run] and [Set.Run] when the
+// database has not yet answered that kind of statement in the run (an
+// Elector's campaign; a Set's tick, or its campaign); after an answer,
+// they log it and retry, since a migration or a grant under way can cause
+// it for a moment. Status's LastError is then the error Run returned.
 func Permanent(err error) bool {
 	return errors.Is(err, ErrNotMigrated) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrInvalid)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/migrations"
 	"github.com/pgleader/pgleader/pgleader"
 	"github.com/pgleader/pgleader/pgleader/pgleadertest"
 )
@@ -40,30 +41,60 @@ func runOnce(t *testing.T, run func(context.Context) error, limit time.Duration)
 // TestRunReturnsPermanentErrors: what retrying cannot cure ends Run at the
 // first campaign (or tick) with a typed error that says what to do, for an
 // Elector and a Set: no schema, a TTL above the database's max_ttl, a role
-// without a grant. CampaignEvery is a minute, so a Run that retried once
-// would still be running when the test gives up.
+// without a grant; for a Set also a schema too old for its campaign though
+// not for its tick (version 15), and keys another role holds, each refused
+// at the first campaign after an answered tick. CampaignEvery is a minute
+// (2 s for those two, whose first campaign comes CampaignEvery after the
+// tick), so a Run that retried once would still be running when the test
+// gives up. Once Run has returned, Status says why: the elector stopped, the set
+// not running, and LastError the error Run returned.
 func TestRunReturnsPermanentErrors(t *testing.T) {
 	t.Parallel()
 	migrated := pgtest.New(t)
 	empty := pgtest.NewEmpty(t)
 	_, noGrantURL := migrated.NewRole(t, "")
 	noGrant := rolePool(t, noGrantURL)
+	old := pgtest.NewEmpty(t)
+	if err := migrations.To(context.Background(), old.Pool, 15); err != nil {
+		t.Fatal(err)
+	}
+	// Role A holds the keys x1 and x2 of the set "set-k-another-role's-keys"
+	// and runs no set; role B's set campaigns for them.
+	_, urlA := migrated.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	_, urlB := migrated.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	roleA := pgleader.NewPostgres(rolePool(t, urlA), pgleader.WithLogger(discard))
+	for _, key := range []string{"x1", "x2"} {
+		if _, won, err := roleA.Acquire(context.Background(), key, "role-a", time.Minute); err != nil || !won {
+			t.Fatalf("role A's acquire of %s: won %t, %v", key, won, err)
+		}
+	}
 	cases := []struct {
 		name     string
 		backend  *pgleader.Postgres
 		ttl      time.Duration
 		sentinel error
 		says     []string
+		setOnly  bool // an Elector is not refused (it needs no more than schema version 1; its key is free)
 	}{
 		{"no schema", pgleader.NewPostgres(empty.Pool, pgleader.WithLogger(discard)), time.Minute, pgleader.ErrNotMigrated,
-			[]string{"pgleader migrate up"}},
+			[]string{"pgleader migrate up"}, false},
 		{"TTL above max_ttl", pgleader.NewPostgres(migrated.Pool, pgleader.WithLogger(discard)), 20 * time.Minute, pgleader.ErrInvalid,
-			[]string{"exceeds max_ttl", "hint: Use a shorter TTL, or raise the limit with pgleader.set_max_ttl"}},
+			[]string{"exceeds max_ttl", "hint: Use a shorter TTL, or raise the limit with pgleader.set_max_ttl"}, false},
 		{"no grant", pgleader.NewPostgres(noGrant, pgleader.WithLogger(discard)), time.Minute, pgleader.ErrForbidden,
-			[]string{"permission denied", "pgleader grant"}},
+			[]string{"permission denied", "pgleader grant"}, false},
+		{"schema too old", pgleader.NewPostgres(old.Pool, pgleader.WithLogger(discard)), time.Minute, pgleader.ErrNotMigrated,
+			[]string{"pgleader migrate up", "set_acquire"}, true},
+		{"another role's keys", pgleader.NewPostgres(rolePool(t, urlB), pgleader.WithLogger(discard)), time.Minute, pgleader.ErrForbidden,
+			[]string{"belongs to role"}, true},
 	}
 	for _, c := range cases {
 		spec := pgleader.Spec{Key: "k-" + strings.ReplaceAll(c.name, " ", "-"), TTL: c.ttl, CampaignEvery: time.Minute}
+		if c.setOnly {
+			// A Set's first campaign waits CampaignEvery (its first tick
+			// is at once); a retry would come 2 s after it, and again
+			// until the test gives up.
+			spec.CampaignEvery = 2 * time.Second
+		}
 		check := func(what string, err error, ok bool) {
 			t.Helper()
 			switch {
@@ -79,17 +110,19 @@ func TestRunReturnsPermanentErrors(t *testing.T) {
 				}
 			}
 		}
-		e, err := pgleader.New(c.backend, spec, pgleader.Options{Owner: "a", Logger: discard, Lead: func(ctx context.Context, _ *pgleader.Term) error {
-			<-ctx.Done()
-			return nil
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err, ok := runOnce(t, e.Run, 20*time.Second)
-		check("Elector", err, ok)
-		if st := e.Status(); !errors.Is(st.LastError, c.sentinel) && ok {
-			t.Errorf("%s: Status().LastError = %v; want the error Run returned", c.name, st.LastError)
+		if !c.setOnly {
+			e, err := pgleader.New(c.backend, spec, pgleader.Options{Owner: "a", Logger: discard, Lead: func(ctx context.Context, _ *pgleader.Term) error {
+				<-ctx.Done()
+				return nil
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err, ok := runOnce(t, e.Run, 20*time.Second)
+			check("Elector", err, ok)
+			if st := e.Status(); ok && (st.State != pgleader.StateStopped || st.LastError != err) {
+				t.Errorf("%s: Status() after Run = %s, LastError %v; want stopped, with the error Run returned", c.name, st.State, st.LastError)
+			}
 		}
 		spec.Key = "set-" + spec.Key
 		s, err := pgleader.NewSet(c.backend, spec, []string{"x1", "x2"}, pgleader.SetOptions{Owner: "a", Logger: discard,
@@ -97,8 +130,11 @@ func TestRunReturnsPermanentErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err, ok = runOnce(t, s.Run, 20*time.Second)
+		err, ok := runOnce(t, s.Run, 20*time.Second)
 		check("Set", err, ok)
+		if st := s.Status(); ok && (st.Running || st.LastError != err) {
+			t.Errorf("%s: Set's Status() after Run: running %t, LastError %v; want not running, with the error Run returned", c.name, st.Running, st.LastError)
+		}
 	}
 }
 

@@ -160,16 +160,17 @@ func (s *Set) observe(o Observation) {
 
 // Run campaigns for the set's keys until ctx is cancelled, running the body
 // for every key it wins. Backend errors are logged and retried, except one
-// that retrying cannot cure ([Permanent]) before the first tick or campaign
-// is answered: Run returns it. When ctx is cancelled every live term ends
-// as stopped: each body is told at once and cancelled YieldGrace later (at
-// once with SetOptions.CancelOnStop), each lease is handed to another live
-// member of the set (released, with SetOptions.NoHandOff or when no other
-// member is live) after its body returns (ReleaseTimeout after the
-// cancellation for a body that returned only once cancelled, as for an
-// Elector), and the replica leaves the set's members. Run then returns nil,
-// with no goroutine of its own left running (a [Postgres] backend closes
-// its connections 100 ms later).
+// that retrying cannot cure ([Permanent]) from a tick before the first tick
+// is answered, or from a campaign before the first campaign is: Run
+// returns it, and Status's LastError is it. When ctx is cancelled every
+// live term ends as stopped: each body is told at once and cancelled
+// YieldGrace later (at once with SetOptions.CancelOnStop), each lease is
+// handed to another live member of the set (released, with
+// SetOptions.NoHandOff or when no other member is live) after its body
+// returns (ReleaseTimeout after the cancellation for a body that returned
+// only once cancelled, as for an Elector), and the replica leaves the
+// set's members. Run then returns nil, with no goroutine of its own left
+// running (a [Postgres] backend closes its connections 100 ms later).
 func (s *Set) Run(ctx context.Context) error {
 	if !s.running.TryLock() {
 		return ErrRunning
@@ -229,11 +230,12 @@ type setRun struct {
 	window   int       // where the next campaign's part of the keys starts (see startCampaign)
 	idle     int       // parts in a row that won nothing, while a sweep of the keys is not done
 	failures int
-	answered bool  // a tick or campaign of this run was answered (see Permanent)
-	fatal    error // a Permanent error before any answer: Run returns it
-	stopping bool
-	left     bool
-	batching bool // releaseT is armed
+	// Which kinds of statement of this run were answered (see failFast).
+	tickAnswered, campaignAnswered bool
+	fatal                          error // a Permanent error before its kind's first answer: Run returns it
+	stopping                       bool
+	left                           bool
+	batching                       bool // releaseT is armed
 	// A statement of each kind is in flight; its answer, and each body's
 	// return, arrive on done as a call to run on the loop.
 	renewing, campaigning, sending bool
@@ -339,11 +341,14 @@ func (r *setRun) stop() {
 	r.startRelease()
 }
 
-// failFast stops the run with err, which Run returns, if no tick or
-// campaign of the run was answered and retrying cannot cure err.
-func (r *setRun) failFast(err error) bool {
-	r.answered = r.answered || err == nil
-	if err == nil || r.answered || r.stopping || !Permanent(err) {
+// failFast stops the run with err, which Run returns, if retrying cannot
+// cure err and no statement of its kind (a tick, a campaign) of the run was
+// answered: answered is the run's flag for that kind, set here by a nil
+// err. A tick's answer says nothing of the campaign's statement: a schema
+// can have the one and lack the other, and a key can be another role's.
+func (r *setRun) failFast(err error, answered *bool) bool {
+	*answered = *answered || err == nil
+	if err == nil || *answered || r.stopping || !Permanent(err) {
 		return false
 	}
 	r.s.log.Error("set failed, and retrying cannot cure it: Run returns", "err", err)
@@ -470,7 +475,7 @@ func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, term
 	s := r.s
 	r.renewing = false
 	s.observe(Observation{Kind: ObserveRenewed, Took: took, Err: err})
-	if r.failFast(err) {
+	if r.failFast(err, &r.tickAnswered) {
 		s.fail(err)
 		return
 	}
@@ -634,7 +639,7 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 			return
 		}
 		s.fail(err)
-		if r.failFast(err) {
+		if r.failFast(err, &r.campaignAnswered) {
 			return
 		}
 		r.failures++
@@ -645,7 +650,7 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 		r.schedule()
 		return
 	}
-	r.failures, r.answered = 0, true
+	r.failures, r.campaignAnswered = 0, true
 	r.nMembers = max(members, 1)
 	// A campaign that won keys goes on at once with the next part while
 	// one may take more, and so does a part that won nothing until the

@@ -109,7 +109,8 @@ func cli(args []string, stdout, stderr *os.File) int {
 		}
 		return 2
 	default:
-		fmt.Fprintf(stderr, "pgleader: %v\n", err)
+		// The library's errors begin with "pgleader: " too.
+		fmt.Fprintf(stderr, "pgleader: %s\n", strings.TrimPrefix(err.Error(), "pgleader: "))
 		return 1
 	}
 }

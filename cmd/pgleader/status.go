@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgleader/pgleader/internal/check"
+	"github.com/pgleader/pgleader/migrations"
 	"github.com/pgleader/pgleader/pgleader"
 )
 
@@ -40,6 +41,10 @@ pgleader.RunJob), or the job JOB: its schedule, the next instant its
 replicas wait for, and its last run: the instant, the replica and token that
 ran it, its state (running, done or failed), its attempt, how long it took
 (so far, while running) and its error. Instants are RFC 3339, in UTC.
+
+Where the database's schema is not the version this pgleader ships
+(behind, ahead or dirty), a warning on standard error says so and what to
+run, as 'pgleader version' does; the status is printed all the same.
 `
 
 // leaseRow is one line of the status table.
@@ -88,36 +93,71 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer done()
-	if *setName != "" {
-		return setStatus(ctx, pool, *setName, *prefix, stdout)
-	}
-	if *jobs {
+	switch {
+	case *setName != "":
+		err = setStatus(ctx, pool, *setName, *prefix, stdout)
+	case *jobs:
 		name := ""
 		if len(pos) == 1 {
 			name = pos[0]
 		}
-		return jobStatus(ctx, pool, name, stdout)
+		err = jobStatus(ctx, pool, name, stdout)
+	case len(pos) == 1:
+		err = keyStatus(ctx, pool, pos[0], stdout)
+	default:
+		var rows []leaseRow
+		if rows, err = allLeases(ctx, pool); err != nil {
+			return notMigratedHint(err)
+		}
+		err = printLeases(stdout, rows)
 	}
+	if err == nil {
+		warnSchema(ctx, pool, stderr)
+	}
+	return err
+}
 
-	var rows []leaseRow
-	if len(pos) == 1 {
-		p := pgleader.NewPostgres(pool, pgleader.PollOnly())
-		l, err := p.Lease(ctx, pos[0])
-		if err != nil {
-			return notMigratedHint(err)
-		}
-		cs, err := p.Candidates(ctx, pos[0])
-		if err != nil {
-			return notMigratedHint(err)
-		}
-		if err := printLeases(stdout, []leaseRow{{key: l.Key, holder: l.Holder, token: l.Token, remaining: l.Remaining(), value: l.Value}}); err != nil {
-			return err
-		}
-		return printCandidates(stdout, cs, l.Now)
-	} else if rows, err = allLeases(ctx, pool); err != nil {
+// keyStatus prints one key's lease and its candidates.
+func keyStatus(ctx context.Context, pool *pgxpool.Pool, key string, stdout io.Writer) error {
+	p := pgleader.NewPostgres(pool, pgleader.PollOnly())
+	l, err := p.Lease(ctx, key)
+	if err != nil {
 		return notMigratedHint(err)
 	}
-	return printLeases(stdout, rows)
+	cs, err := p.Candidates(ctx, key)
+	if err != nil {
+		return notMigratedHint(err)
+	}
+	if err := printLeases(stdout, []leaseRow{{key: l.Key, holder: l.Holder, token: l.Token, remaining: l.Remaining(), value: l.Value}}); err != nil {
+		return err
+	}
+	return printCandidates(stdout, cs, l.Now)
+}
+
+// warnSchema says on stderr, as version does, that the database's schema
+// is behind this pgleader, ahead of it or dirty: status reads only what
+// every version has, and would otherwise hide a schema on which the
+// replicas' campaigns fail (pgleader.ErrNotMigrated). It says nothing when
+// the history table is not found in this role's current schema or it may
+// not read it.
+func warnSchema(ctx context.Context, pool *pgxpool.Pool, stderr io.Writer) {
+	var table *string
+	err := pool.QueryRow(ctx, `SELECT to_regclass(quote_ident(current_schema()) || '.' || quote_ident($1))::text`,
+		migrations.HistoryTable).Scan(&table)
+	if err != nil || table == nil {
+		return
+	}
+	var version int64
+	var dirty bool
+	// regclass's text is the table's name, quoted where it needs to be.
+	if err := pool.QueryRow(ctx, `SELECT version, dirty FROM `+*table).Scan(&version, &dirty); err != nil || version < 0 {
+		return
+	}
+	if !dirty && uint(version) == migrations.Latest {
+		return
+	}
+	line, _ := describeSchema(uint(version), dirty)
+	fmt.Fprintf(stderr, "pgleader: warning: %s\n", line)
 }
 
 // printCandidates prints a key's candidates, their expiry counted on the
@@ -170,12 +210,12 @@ func allLeases(ctx context.Context, pool *pgxpool.Pool) ([]leaseRow, error) {
 	return out, nil
 }
 
+// statusError maps an error of status's own statements as the library maps
+// its own: a missing schema or function is pgleader.ErrNotMigrated, a
+// refused privilege pgleader.ErrForbidden with the command that grants it.
 func statusError(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-		return fmt.Errorf("%w (%s)", pgleader.ErrNotMigrated, pgErr.Message)
-	}
-	return fmt.Errorf("status: %w", err)
+	return check.Sentinels{Prefix: "status", NotMigrated: pgleader.ErrNotMigrated, Invalid: pgleader.ErrInvalid,
+		Forbidden: pgleader.ErrForbidden}.SQLError("leases", err)
 }
 
 func printLeases(w io.Writer, rows []leaseRow) error {
@@ -208,7 +248,7 @@ func setStatus(ctx context.Context, pool *pgxpool.Pool, name, prefix string, std
 	if err := pool.QueryRow(ctx,
 		`SELECT coalesce(array_agg(key ORDER BY key), '{}') FROM pgleader.leases($1)`, prefix,
 	).Scan(&keys); err != nil {
-		return notMigratedHint(err)
+		return notMigratedHint(statusError(err))
 	}
 	rep, err := pgleader.NewPostgres(pool, pgleader.PollOnly()).SetStatus(ctx, name, keys)
 	if err != nil {

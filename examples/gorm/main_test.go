@@ -6,18 +6,24 @@ import (
 	"errors"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/pgleader/pgleader/migrations"
 	"github.com/pgleader/pgleader/pgleader"
 	"github.com/pgleader/pgleader/sqlfence"
 )
 
-// TestStaleTermRefused: term 1 publishes through GORM, term 2 takes the
-// lease and publishes, and term 1's late write is refused as fenced; the
-// digest stays term 2's.
+// TestStaleTermRefused: term 1 publishes through GORM in all three
+// strengths, term 2 takes the lease and publishes, and each of term 1's
+// late writes is refused: the column and the guard as fenced (with both
+// tokens), the lease guard as not holding the lease. The digest stays term
+// 2's. GORM runs on pgx's stdlib, and pgleader's migrations were applied
+// through its *sql.DB (Open).
 func TestStaleTermRefused(t *testing.T) {
 	ctx := context.Background()
 	backend, db, closeAll, err := Open(ctx, testDSN(t))
@@ -25,44 +31,61 @@ func TestStaleTermRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeAll()
-	spec := pgleader.Spec{Key: "daily-digest"}
-
-	// Term 1 holds the lease and publishes.
-	var first int64
-	err = pgleader.Do(ctx, backend, spec, func(ctx context.Context, term *pgleader.Term) error {
-		first = term.Token()
-		return Publish(ctx, db, first, Digest{Name: "daily", Body: "term 1"})
-	})
+	sqlDB, err := db.DB()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Term 2 (another replica, or a later run) takes the lease and publishes.
-	var second int64
-	err = pgleader.Do(ctx, backend, spec, func(ctx context.Context, term *pgleader.Term) error {
-		second = term.Token()
-		return Publish(ctx, db, second, Digest{Name: "daily", Body: "term 2"})
-	})
-	if err != nil {
-		t.Fatal(err)
+	if _, ok := sqlDB.Driver().(*stdlib.Driver); !ok {
+		t.Fatalf("GORM's driver is %T; want pgx's stdlib", sqlDB.Driver())
+	}
+	latest := migrations.Versions()[len(migrations.Versions())-1]
+	if v, dirty, err := migrations.VersionDB(ctx, sqlDB); err != nil || dirty || v != latest {
+		t.Fatalf("schema version %d (dirty %t), %v; want %d", v, dirty, err, latest)
+	}
+
+	spec := pgleader.Spec{Key: key}
+	publishAll := func(token int64, body string) error {
+		d := Digest{Name: "daily", Body: body}
+		return errors.Join(PublishColumn(ctx, db, token, d), PublishGuarded(ctx, db, token, d),
+			PublishUnderLease(ctx, db, token, d))
+	}
+	var first, second int64
+	for _, tok := range []*int64{&first, &second} {
+		err := pgleader.Do(ctx, backend, spec, func(ctx context.Context, term *pgleader.Term) error {
+			*tok = term.Token()
+			return publishAll(term.Token(), "term "+strconv.FormatInt(term.Token(), 10))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	if second <= first {
 		t.Fatalf("term 2's token %d is not above term 1's %d", second, first)
 	}
 
-	// Term 1 was paused mid-write (GC, a slow network) and its write
-	// arrives now: refused.
-	err = Publish(ctx, db, first, Digest{Name: "daily", Body: "term 1, late"})
+	// Term 1 was paused mid-write (GC, a slow network) and its writes
+	// arrive now: refused.
+	late := Digest{Name: "daily", Body: "late"}
 	var stale *sqlfence.StaleError
-	if !errors.Is(err, sqlfence.ErrFenced) || !errors.As(err, &stale) || stale.Token != first || stale.Stored != second {
-		t.Fatalf("term 1's late write: %v; want ErrFenced, token %d refused at stored %d", err, first, second)
+	if err := PublishColumn(ctx, db, first, late); !errors.As(err, &stale) || !errors.Is(err, sqlfence.ErrFenced) ||
+		stale.Token != first || stale.Stored != second {
+		t.Errorf("term 1's late column write: %v; want ErrFenced, token %d refused at %d", err, first, second)
+	}
+	stale = nil
+	if err := PublishGuarded(ctx, db, first, late); !errors.As(err, &stale) || !errors.Is(err, sqlfence.ErrFenced) ||
+		stale.Token != first || stale.Stored != second {
+		t.Errorf("term 1's late guarded write: %v; want ErrFenced, token %d refused at %d", err, first, second)
+	}
+	if err := PublishUnderLease(ctx, db, first, late); !errors.Is(err, sqlfence.ErrLeaseNotHeld) {
+		t.Errorf("term 1's late write under its lease: %v; want ErrLeaseNotHeld", err)
 	}
 
 	var d Digest
 	if err := db.First(&d, "name = ?", "daily").Error; err != nil {
 		t.Fatal(err)
 	}
-	if d.Body != "term 2" {
-		t.Fatalf("digest = %q; want term 2's", d.Body)
+	if want := "term " + strconv.FormatInt(second, 10); d.Body != want || d.Fence == nil || *d.Fence != second {
+		t.Fatalf("digest = %q at fence %v; want %q at fence %d", d.Body, d.Fence, want, second)
 	}
 }
 
