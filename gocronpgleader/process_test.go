@@ -157,12 +157,13 @@ func (r *replica) stop(t *testing.T) {
 
 // jobRun is a row of pgleader.job_run.
 type jobRun struct {
-	Instant time.Time
-	State   string
-	Owner   string
-	Token   int64
-	Attempt int
-	Started time.Time
+	Instant  time.Time
+	State    string
+	Owner    string
+	Token    int64
+	Attempt  int
+	Started  time.Time
+	Finished *time.Time // nil while running
 }
 
 // procEntry is a row of gocrontest_entry.
@@ -192,7 +193,7 @@ func readProcHistory(t *testing.T, pool *pgxpool.Pool, job string) procHistory {
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	var h procHistory
-	rows, err := pool.Query(ctx, `SELECT instant, state, owner, token, attempt, started_at
+	rows, err := pool.Query(ctx, `SELECT instant, state, owner, token, attempt, started_at, finished_at
 		FROM pgleader.job_run WHERE job = $1 ORDER BY instant`, job)
 	if err != nil {
 		t.Fatal(err)
@@ -255,6 +256,22 @@ func (h procHistory) entryOf(token int64) (procEntry, bool) {
 		}
 	}
 	return procEntry{}, false
+}
+
+// busyAt reports whether a run that started before second sec, other
+// than the run of except, still held the job then: it ended less than
+// 250 ms before (its term releases the lease after recording the end) or
+// has not ended. The replicas firing at sec found the job's lease held and
+// skipped: on a loaded machine a run can end a second late. Such a second
+// is skipped by the Locker's rule, not lost.
+func (h procHistory) busyAt(sec int64, except time.Time) bool {
+	at := time.Unix(sec, 0)
+	for _, r := range h.runs {
+		if r.Started.Before(at) && !r.Instant.Equal(except) && (r.Finished == nil || r.Finished.After(at.Add(-250*time.Millisecond))) {
+			return true
+		}
+	}
+	return false
 }
 
 // runAt returns the run of instant.
@@ -453,7 +470,12 @@ func TestLockerProcesses(t *testing.T) {
 	if len(lost) == 1 && lost[0].Token != cLast.Token {
 		t.Errorf("C's run with token %d is left running, but C's last run had token %d", lost[0].Token, cLast.Token)
 	}
+	busy := 0
 	for _, s := range missing {
+		if h.busyAt(s, cLast.Instant) {
+			busy++
+			continue
+		}
 		if leftUntil.IsZero() || s <= cLast.second() || !time.Unix(s, 0).Before(leftUntil.Add(time.Second)) {
 			t.Errorf("second %d has no run; C's last run was in second %d, its lease lasted until %v",
 				h.index(s), h.index(cLast.second()), leftUntil)
@@ -471,8 +493,8 @@ func TestLockerProcesses(t *testing.T) {
 	for _, e := range h.entries {
 		delay = max(delay, e.Started.Sub(e.Started.Truncate(time.Second)))
 	}
-	t.Logf("%d seconds, %d runs (by owner %v), %d lost with C (left running), %d missed while its lease lasted (%v after its last run's start), %d doubled; "+
+	t.Logf("%d seconds, %d runs (by owner %v), %d lost with C (left running), %d missed (%d while an earlier run ran late, the others while C's lease lasted, %v after its last run's start), %d doubled; "+
 		"A stopped mid-run %v; latest task start %v after its second",
-		h.seconds(), len(h.runs), owners, len(lost), len(missing), leftUntil.Sub(cLast.Instant).Round(100*time.Millisecond), len(doubled),
+		h.seconds(), len(h.runs), owners, len(lost), len(missing), busy, leftUntil.Sub(cLast.Instant).Round(100*time.Millisecond), len(doubled),
 		aMidRun, delay.Round(time.Millisecond))
 }

@@ -69,12 +69,29 @@ type jobRunRow struct {
 	token        int64
 	attempt      int
 	startedAt    time.Time
+	finishedAt   *time.Time // nil while running
+}
+
+// busyAt reports whether the run of an earlier instant than at, other than
+// the run of except, still held the job at at: it ended less than 250 ms
+// before (its term releases the lease after recording the end) or has not
+// ended. The runners campaigning at at found the lease held and passed
+// the instant over (--missed skip): on a loaded machine a run can end a
+// second late. Such an instant is missed by the policy, not lost.
+func busyAt(runs map[time.Time]jobRunRow, at, except time.Time) bool {
+	for instant, r := range runs {
+		if instant.Before(at) && !instant.Equal(except) &&
+			(r.finishedAt == nil || r.finishedAt.After(at.Add(-250*time.Millisecond))) {
+			return true
+		}
+	}
+	return false
 }
 
 func jobRuns(t *testing.T, db *pgtest.DB, job string) map[time.Time]jobRunRow {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(),
-		`SELECT instant, state, owner, token, attempt, started_at FROM pgleader.job_run WHERE job = $1`, job)
+		`SELECT instant, state, owner, token, attempt, started_at, finished_at FROM pgleader.job_run WHERE job = $1`, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +100,7 @@ func jobRuns(t *testing.T, db *pgtest.DB, job string) map[time.Time]jobRunRow {
 	for rows.Next() {
 		var instant time.Time
 		var r jobRunRow
-		if err := rows.Scan(&instant, &r.state, &r.owner, &r.token, &r.attempt, &r.startedAt); err != nil {
+		if err := rows.Scan(&instant, &r.state, &r.owner, &r.token, &r.attempt, &r.startedAt, &r.finishedAt); err != nil {
 			t.Fatal(err)
 		}
 		out[instant.UTC()] = r
@@ -373,8 +390,14 @@ sleep 0.3
 	if r := recorded[killed.instant]; r.owner != "replica-c" || r.state != "running" {
 		t.Errorf("the killed run's instant %d: %+v, want left running by replica-c", s.index(killed.instant), r)
 	}
-	missing := s.missing(recorded)
-	for _, at := range missing {
+	var missing []time.Time
+	busy := 0
+	for _, at := range s.missing(recorded) {
+		if busyAt(recorded, at, killed.instant) {
+			busy++
+			continue
+		}
+		missing = append(missing, at)
 		// Until its lease expires (plus one period for a campaign that a
 		// runner's estimate of the database clock sent a little early),
 		// the others find the job held and skip the instant.
@@ -386,8 +409,8 @@ sleep 0.3
 	if owners["replica-b"] == 0 {
 		t.Errorf("B, its clock 2 s ahead, ran no instant of %d", len(recorded))
 	}
-	t.Logf("%d instants, %d runs (by owner %v), 1 lost with C (left running), %d missed while its lease lasted, %d left running by a stop as their command started",
-		s.count(), len(recorded), owners, len(missing), caught)
+	t.Logf("%d instants, %d runs (by owner %v), 1 lost with C (left running), %d missed while its lease lasted, %d while an earlier run ran late, %d left running by a stop as their command started",
+		s.count(), len(recorded), owners, len(missing), busy, caught)
 }
 
 // testRunEveryAtLeastOnce is internal/jobtest's TestAtLeastOnce through
@@ -530,16 +553,22 @@ fi
 	// The instants that came while the hung run held the job, and until its
 	// lease expired, may have no run: a runner does not start them late
 	// (--missed skip), and at least once retries runs, not instants.
-	missing := s.missing(recorded)
-	for _, at := range missing {
+	var missing []time.Time
+	busy := 0
+	for _, at := range s.missing(recorded) {
+		if busyAt(recorded, at, firstRun.instant) {
+			busy++
+			continue
+		}
+		missing = append(missing, at)
 		if !at.After(firstRun.instant) || !at.Before(retry.startedAt) {
 			t.Errorf("instant %d has no run; only those between the hung instant %d and its retry may lack one",
 				s.index(at), s.index(firstRun.instant))
 		}
 	}
-	t.Logf("%d instants, %d runs, 1 retried (instant %d, token %d → %d, %v after its instant), %d missed while the hung run held the job, %d left running by a stop as their command started",
+	t.Logf("%d instants, %d runs, 1 retried (instant %d, token %d → %d, %v after its instant), %d missed while the hung run held the job, %d while an earlier run ran late, %d left running by a stop as their command started",
 		s.count(), len(recorded), s.index(firstRun.instant), firstRun.token, retry.token,
-		retry.startedAt.Sub(firstRun.instant).Round(100*time.Millisecond), len(missing), caught)
+		retry.startedAt.Sub(firstRun.instant).Round(100*time.Millisecond), len(missing), busy, caught)
 }
 
 // testStatusJobs lists jobs with no run, a run going on, a run done and one

@@ -148,6 +148,8 @@ type run struct {
 	Token     int64
 	Attempt   int
 	StartedAt time.Time
+	// FinishedAt is when the run's end was recorded; nil while running.
+	FinishedAt *time.Time
 }
 
 // entry is a row of jobtest_entry.
@@ -172,7 +174,7 @@ func readHistory(t *testing.T, pool *pgxpool.Pool, job string, every time.Durati
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	h := history{every: every}
-	rows, err := pool.Query(ctx, `SELECT instant, state, owner, token, attempt, started_at
+	rows, err := pool.Query(ctx, `SELECT instant, state, owner, token, attempt, started_at, finished_at
 		FROM pgleader.job_run WHERE job = $1 ORDER BY instant`, job)
 	if err != nil {
 		t.Fatal(err)
@@ -219,6 +221,23 @@ func (h history) missing() []time.Time {
 		}
 	}
 	return out
+}
+
+// busyAt reports whether the run of an earlier instant than at, other than
+// the run of except, still held the job at instant at: it ended less than
+// releaseLag before (its term releases the lease after recording the end)
+// or has not ended. The runners
+// campaigning at that instant found the lease held and, at most once,
+// passed the instant over: on a loaded machine a run can end a second
+// late. The instant is missed by the policy (Missed: skip), not lost.
+func (h history) busyAt(at, except time.Time) bool {
+	const releaseLag = 250 * time.Millisecond
+	for _, r := range h.runs {
+		if r.Instant.Before(at) && !r.Instant.Equal(except) && (r.FinishedAt == nil || r.FinishedAt.After(at.Add(-releaseLag))) {
+			return true
+		}
+	}
+	return false
 }
 
 // entriesAt returns the entries of one instant.
