@@ -51,6 +51,10 @@ checks=(
 	"job-at-least-once|pass|-DJOB -DATLEASTONCE -DFAULT_BUDGET=1"
 	"job-two-faults|pass|-DJOB -DDRIFT=0"
 	"job-at-least-once-two-faults|pass|-DJOB -DATLEASTONCE -DDRIFT=0"
+	"session|pass|-DSESSION"
+	"session-failover|pass|-DSESSION -DFAILOVER -DFAULT_BUDGET=1 -DFO_END=3"
+	"session-restart|pass|-DSESSION -DSRV_RESTART -DFAULT_BUDGET=1"
+	"liveness-session-crash|pass|-DSESSION -DSESS_LIVE -DFAULT_BUDGET=1"
 	"mutant-no-yield|fail|-DMUTANT_NO_YIELD"
 	"mutant-receive-time|fail|-DMUTANT_RECV_TIME"
 	"mutant-claim-le|fail|-DMUTANT_CLAIM_LE -DWIPE"
@@ -65,6 +69,12 @@ checks=(
 	"mutant-handoff-grace-confirm|fail|-DHANDOFF -DFAILOVER -DRESTARTS=1 -DRETURNS=2 -DMUTANT_HANDOFF_GRACE_CONFIRM -DFAULT_BUDGET=0 -DFO_END=1"
 	"mutant-job-no-lease|fail|-DJOB -DMUTANT_JOB_NO_LEASE -DDRIFT=0"
 	"mutant-job-retry-any|fail|-DJOB -DATLEASTONCE -DMUTANT_JOB_RETRY_ANY -DDRIFT=0"
+	"mutant-session-takeover-without-end|fail|-DSESSION -DMUTANT_SESSION_TAKEOVER_NO_END"
+	"mutant-session-holder-ignores-end|fail|-DSESSION -DMUTANT_SESSION_IGNORES_END"
+	"mutant-session-no-pending-read|fail|-DSESSION -DMUTANT_SESSION_NO_READ"
+	"mutant-session-restart-no-grace|fail|-DSESSION -DFAILOVER -DMUTANT_SESSION_RESTART_NO_GRACE -DFAULT_BUDGET=1 -DFO_END=3"
+	"mutant-session-clean-restart|fail|-DSESSION -DSRV_RESTART -DMUTANT_SESSION_RESTART_NO_GRACE -DFAULT_BUDGET=1"
+	"mutant-session-short-keepalive|fail|-DSESSION -DMUTANT_SESSION_SHORT_KEEPALIVE"
 )
 
 # check NAME EXPECT FLAGS: one search in $work/NAME. Writes its table row
@@ -87,9 +97,9 @@ check() {
 		$CC $cc_flags -o pan pan.c 2>cc.out
 	); then
 		echo FAILED >"$dir/result"
-		printf '%-30s %-6s %-7s %s\n' "$name" "$expect" FAILED "spin or $CC failed" >"$dir/row"
+		printf '%-36s %-6s %-7s %s\n' "$name" "$expect" FAILED "spin or $CC failed" >"$dir/row"
 		{ echo "model: $name: spin or $CC failed:"; cat "$dir"/spin.out "$dir"/cc.out 2>/dev/null || true; } >"$dir/error"
-		printf 'model: %-30s FAILED (spin or %s failed, %ss)\n' "$name" "$CC" $((SECONDS - t0))
+		printf 'model: %-36s FAILED (spin or %s failed, %ss)\n' "$name" "$CC" $((SECONDS - t0))
 		return
 	fi
 	(cd "$dir" && ./pan -m$MAXDEPTH -w25 >pan.out 2>&1) || true
@@ -112,9 +122,9 @@ check() {
 			sed -n 's/^[[:space:]]*\(t[0-9][0-9]* .*\|violated: .*\)$/\1/p' | paste -sd ';' - | sed 's/;/; /g' |
 			sed "s/^/$name: /" >"$dir/trail"
 	fi
-	printf '%-30s %-6s %-7s %-7s %12s %6s %9s %5ss\n' "$name" "$expect" "$result" "$complete" "$states" "$depth" "$MAXDEPTH" "$secs" >"$dir/row"
+	printf '%-36s %-6s %-7s %-7s %12s %6s %9s %5ss\n' "$name" "$expect" "$result" "$complete" "$states" "$depth" "$MAXDEPTH" "$secs" >"$dir/row"
 	echo $result >"$dir/result"
-	printf 'model: %-30s %-6s (%s states, %ss)\n' "$name" "$result" "${states:-?}" "$secs"
+	printf 'model: %-36s %-6s (%s states, %ss)\n' "$name" "$result" "${states:-?}" "$secs"
 }
 
 # Checks that make model leaves out for time (docs/model-checking.md,
@@ -152,10 +162,10 @@ wait || true
 echo
 
 failed=0
-printf '%-30s %-6s %-7s %-7s %12s %6s %9s %6s\n' check expect result full "states" depth "max depth" time
+printf '%-36s %-6s %-7s %-7s %12s %6s %9s %6s\n' check expect result full "states" depth "max depth" time
 for c in "${run[@]}"; do
 	IFS='|' read -r name _ _ <<<"$c"
-	if [ -f "$work/$name/row" ]; then cat "$work/$name/row"; else printf '%-30s %s\n' "$name" "FAILED (no result)"; fi
+	if [ -f "$work/$name/row" ]; then cat "$work/$name/row"; else printf '%-36s %s\n' "$name" "FAILED (no result)"; fi
 	[ "$(cat "$work/$name/result" 2>/dev/null)" = ok ] || failed=1
 done
 echo

@@ -30,6 +30,16 @@
  * the instant's run row {jstate, jtok} in the lease's database, and the
  * body is the job's function, which job_finish records when it returns.
  * -DATLEASTONCE lets a later term take over a run left running.
+ *
+ * With -DSESSION (issue 30: designed, not built) every term is bound to
+ * its holder's lease-connection session. The session can end with its
+ * process (a crash: the replica never acts again), while its process lives
+ * (an administrator's pg_terminate_backend, a proxy's reset: a fault), or
+ * with the server (-DFAILOVER: the failover ends every session). acquire
+ * counts a row whose bound session ended on this server as free (outside
+ * the grace); the waiting candidate may learn it at once; the holder keeps
+ * a read pending on its lease connection and ends its term as lost when the
+ * end reaches it, within a tick unless a fault delays it.
  */
 #include "spec.pml"
 
@@ -150,6 +160,40 @@
 #define MARGIN 0
 #endif
 
+/* ---- session-bound leases (SESSION, issue 30) ---- */
+#ifdef SESSION
+#if NR != 2
+#error "SESSION is modelled with 2 replicas: the waiting candidate is the other replica"
+#endif
+#if defined(HANDOFF) || defined(JOB) || defined(WIPE)
+#error "SESSION is modelled without HANDOFF, JOB and WIPE"
+#endif
+#ifndef SESS_NOTE
+#define SESS_NOTE 1            /* P9: ticks two bodies may be in their windows at once when no fault delays the holder's notice */
+#endif
+#if SESS_NOTE > 2
+#error "P9's counter (2 bits) holds SESS_NOTE <= 2"
+#endif
+/* ticks before the row's expiry the server may end a session it no longer
+ * hears from: 0, since only a holder whose session cannot end so within TTL
+ * of the last statement the server heard is bound (eligibility) */
+#ifdef MUTANT_SESSION_SHORT_KEEPALIVE /* bound anyway, with the server's timeout TTL/2 */
+#define KA_EARLY (TTL / 2)
+#else
+#define KA_EARLY 0
+#endif
+#if defined(MUTANT_SESSION_RESTART_NO_GRACE) && !defined(FAILOVER) && !defined(SRV_RESTART)
+#error "MUTANT_SESSION_RESTART_NO_GRACE needs FAILOVER or SRV_RESTART"
+#endif
+#if defined(SRV_RESTART) && defined(FAILOVER)
+#error "SRV_RESTART (a clean restart) and FAILOVER (crash recovery or promotion) are separate configurations"
+#endif
+#else
+#if defined(MUTANT_SESSION_TAKEOVER_NO_END) || defined(MUTANT_SESSION_IGNORES_END) || defined(MUTANT_SESSION_NO_READ) || defined(MUTANT_SESSION_RESTART_NO_GRACE) || defined(MUTANT_SESSION_SHORT_KEEPALIVE) || defined(SESS_LIVE) || defined(SRV_RESTART)
+#error "the session mutants, SESS_LIVE and SRV_RESTART need SESSION"
+#endif
+#endif
+
 /* ---- scheduled jobs: one instant (JOB) ---- */
 #ifdef JOB
 #if defined(HANDOFF) || defined(FAILOVER) || defined(WIPE)
@@ -222,6 +266,10 @@
 #endif
 #ifdef MUTANT_NO_GRACE         /* the grace removed: acquire grants at once, renew as before */
 #define INGRACE 0
+#elif defined(MUTANT_SESSION_RESTART_NO_GRACE)
+/* the grace does not hold back a take-over of a row whose session ended
+ * (and SESS_FREE below counts the old server's bindings as ended) */
+#define INGRACE (fo == FO_DONE && (epochEmpty || now < graceUntil) && !(holder != 0 && expires > now && bend != SE_ALIVE))
 #else
 #define INGRACE (fo == FO_DONE && (epochEmpty || now < graceUntil))
 #endif
@@ -312,6 +360,15 @@ typedef Replica_t {
 	bit bodyOn;             /* Claim or Lead may still act */
 	bit renewing;
 	unsigned rnext : W5;    /* the renew timer */
+#ifdef SESSION
+	bit dead;               /* the process died (a crash): it never acts again */
+	unsigned snote : 2;     /* its lease session ended; the end is on its way to the pending read */
+	bit deaf;               /* its lease connection died silently: the end never reaches it, statements on it are lost */
+	bit skill;              /* ghost: that end came while its process lived (terminate, proxy reset): P1's exception */
+	bit sslow;              /* ghost: a fault (pause, lost end, delayed answer) kept it from learning within a tick: P9's */
+	unsigned sovl : 2;      /* ghost, P9: ticks that ended with it stale in its window beside another body */
+	bit woke;               /* its wait on the holder's session has returned (once per bound session) */
+#endif
 #ifdef HANDOFF
 	unsigned req : 3;       /* a statement delayed on its way */
 	unsigned cexp : W5;     /* candidate.expires_at of this replica (0: no row) */
@@ -379,6 +436,22 @@ unsigned cMaxSeqW : W5;
 #endif
 #endif
 unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
+#ifdef SESSION
+#define SE_ALIVE   0              /* the holder's bound session lives */
+#define SE_GONE    1              /* it ended with its process, or the server stopped hearing from it */
+#define SE_KILLED  2              /* it ended while its process lived: terminated, a proxy's reset */
+#define SE_RESTART 3              /* it ended with the server: the binding is from an earlier server run */
+unsigned bend : 2;        /* the lease row's bound session (lease.session_pid, session_start, server_start) */
+#define NOTE_NONE  0
+#define NOTE_FRESH 1              /* the end came in this tick */
+#define NOTE_OLD   2              /* a tick has passed: the pending read returns now (urgent) */
+#ifdef SRV_RESTART
+bit restarted;            /* the server restarted cleanly (once per run) */
+#endif
+#ifdef SESS_LIVE
+unsigned sfo : 3;         /* P10: 1 + ticks since the holder crashed without a new leader */
+#endif
+#endif
 #ifdef JOB
 unsigned jstate : 2;      /* job_run.state of the instant (J_NONE: no row) */
 unsigned jtok : W5;       /* job_run.token */
@@ -390,7 +463,21 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 #define SAT(i)  (r[i].tb + SAFE_END)
 #define FAULTS  (now < FAULT_END)
 #define BUDGET  (FAULTS && faults < FAULT_BUDGET)
+#ifdef SESSION
+/* acquire's free: also a row whose bound session ended on this server (the
+ * grace still applies: acquire grants only FREE && !INGRACE) */
+#define SESS_OVER (bend == SE_GONE || bend == SE_KILLED)
+#ifdef MUTANT_SESSION_TAKEOVER_NO_END  /* acquire does not check that the bound session ended */
+#define SESS_FREE (holder != 0 && bend != SE_RESTART)
+#elif defined(MUTANT_SESSION_RESTART_NO_GRACE) /* a binding of the old server counts as ended */
+#define SESS_FREE (bend != SE_ALIVE)
+#else
+#define SESS_FREE SESS_OVER
+#endif
+#define FREE    (holder == 0 || expires <= now || SESS_FREE)
+#else
 #define FREE    (holder == 0 || expires <= now)
+#endif
 #ifdef FAILOVER
 #define FAILED  (fo == FO_DONE)
 #else
@@ -404,8 +491,62 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 /* The body's window: from the win until the safe end S. */
 #define INWIN(i) (r[i].st == LEAD && r[i].bodyOn && (!TIMELINE || r[i].lc < SAT(i)))
 
+#ifdef SESSION
+/* i believes a term whose session ended while its process lived, and has
+ * not learned it yet: P1's exception, and P5's */
+#define STALE(i)   (r[i].skill && (r[i].snote != NOTE_NONE || r[i].deaf))
+#define SESS_P1_EXEMPT ((INWIN(0) && STALE(0)) || (INWIN(1) && STALE(1)))
+/* the pending read returns the end: at once, and no later than a tick after
+ * it came; an answer already on its way is read first */
+#ifdef MUTANT_SESSION_NO_READ  /* no read pending: the end is found by the next statement */
+#define NOTE_READ(i) (!r[i].paused && r[i].snote != NOTE_NONE && r[i].rep == P_NONE && \
+	(r[i].st != LEAD || (!r[i].renewing && r[i].lc >= r[i].rnext)))
+#define NOTE_DUE(i) 0
+#else
+#define NOTE_READ(i) (!r[i].paused && r[i].snote != NOTE_NONE && r[i].rep == P_NONE)
+#define NOTE_DUE(i) (r[i].snote == NOTE_OLD && r[i].rep == P_NONE)
+#endif
+/* the candidate's wait on the holder's session (its own connection) returns */
+#define WAKE(i) (!r[i].paused && r[i].st == IDLE && r[i].lc < r[i].wake && r[i].snote == NOTE_NONE && \
+	!r[i].woke && holder == (i ^ 1) + 1 && expires > now && SESS_OVER)
+#ifdef SESS_LIVE               /* the wait's return is the loop's next step */
+#define SESS_DUE(i) (NOTE_DUE(i) || WAKE(i))
+#else                          /* any time from then (polling goes on) */
+#define SESS_DUE(i) NOTE_DUE(i)
+#endif
+#define SESS_HEARS(i)   (r[i].snote == NOTE_NONE && !r[i].deaf)
+#define SESS_QUIET(i)   (r[i].snote == NOTE_NONE)
+#define SESS_DEAD(i)    r[i].dead
+#define SESS_ALIVE(i)   (!r[i].dead)
+#define SESS_RENEW_OK   (bend == SE_ALIVE)
+#define SESS_BIND       bend = SE_ALIVE; r[0].woke = false; r[1].woke = false
+#define SESS_UNBIND     bend = SE_ALIVE
+#define SESS_STALE(i)   STALE(i)
+/* a term's end forgets its session: the next term is on a new one */
+#define SESS_CLEAR(i)   r[i].snote = NOTE_NONE; r[i].deaf = false; r[i].skill = false; r[i].sslow = false; r[i].sovl = 0
+#define SESS_EARLY_NOTE \
+	if \
+	:: holder != 0 && expires > now && SESS_FREE && !INGRACE -> \
+		printf("t%d db: r%d's row counts as free (its bound session ended: %d)\n", now, holder - 1, SESS_OVER) \
+	:: else \
+	fi
+#else
+#define SESS_EARLY_NOTE skip
+#define SESS_CLEAR(i)   skip
+#define SESS_P1_EXEMPT  0
+#define SESS_DUE(i)     0
+#define SESS_HEARS(i)   1
+#define SESS_QUIET(i)   1
+#define SESS_DEAD(i)    0
+#define SESS_ALIVE(i)   1
+#define SESS_RENEW_OK   1
+#define SESS_BIND       skip
+#define SESS_UNBIND     skip
+#define SESS_STALE(i)   0
+#endif
+
 /* What the Go loop does next without waiting for anything but its clock. */
-#define DUE(i) (!r[i].paused && ( \
+#define DUE(i) (!r[i].paused && (SESS_DUE(i) || \
 	(r[i].rep != P_NONE && !r[i].repDel) || \
 	(r[i].st == IDLE && r[i].lc >= r[i].wake) || \
 	(r[i].st == ACQ && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= r[i].sent + TTL) || \
@@ -418,7 +559,7 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 		(r[i].renewing && (r[i].rep == P_NONE || r[i].repDel) && r[i].lc >= SAT(i))))))
 
 /* In the fault-free suffix nothing stays delayed or paused. */
-#define SETTLED(i) (!r[i].paused && r[i].req == R_NONE && r[i].rep == P_NONE && r[i].wr == W_NONE)
+#define SETTLED(i) ((!r[i].paused || SESS_DEAD(i)) && r[i].req == R_NONE && r[i].rep == P_NONE && r[i].wr == W_NONE)
 
 #if NR == 2
 #define ALL(P)   (P(0) && P(1))
@@ -444,9 +585,10 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 
 /* P1: while the lease row is intact (a failover included) no two bodies
  * are in their windows at once, and a body that is not paused acts only
- * inside its window. */
+ * inside its window. With SESSION, one exception: a holder whose session
+ * ended while its process lived, until it learns it (STALE; P9 bounds it). */
 #define CHECK_P1 \
-	PROP(1, wiped || COUNT(INWIN) <= 1); \
+	PROP(1, wiped || COUNT(INWIN) <= 1 || SESS_P1_EXEMPT); \
 	PROP(1, !ANY(RUNS_OUTSIDE))
 
 /* ---- hand-off's additions to acquire (campaign) and release ---- */
@@ -524,6 +666,7 @@ inline dbExec(i) {
 		fi
 #endif
 	:: r[i].req == R_ACQ ->
+		SESS_EARLY_NOTE;
 		if
 		:: FREE && !INGRACE ->
 			/* P0: the model's own bounds (5-bit tokens and counters) */
@@ -535,7 +678,7 @@ inline dbExec(i) {
 			PROP(0, FAILED || ltoken < EPOCH_BASE);
 #endif
 			holder = i + 1; expires = now + TTL; seqN++;
-			HOFF_WON;
+			HOFF_WON; SESS_BIND;
 			/* P3: issued tokens strictly increase (lease row intact),
 			 * across a failover too: the new server draws above the old
 			 * one's epoch (docs/ha.md, Tokens). maxIssued is not reset
@@ -554,7 +697,7 @@ inline dbExec(i) {
 		fi
 	:: r[i].req == R_RENEW ->
 		if
-		:: holder == i + 1 && ltoken == r[i].reqArg && expires > now &&
+		:: holder == i + 1 && ltoken == r[i].reqArg && expires > now && SESS_RENEW_OK &&
 		   (!INGRACE || expires > now + GRACE_OFFSET) ->
 			expires = now + TTL; r[i].rep = P_OK; HOFF_CLEAR;
 			printf("t%d db: renew r%d token %d -> expires %d\n", now, i, r[i].reqArg, expires)
@@ -565,7 +708,7 @@ inline dbExec(i) {
 	:: r[i].req == R_REL ->
 		if
 		:: holder == i + 1 && ltoken == r[i].reqArg ->
-			holder = 0; expires = 0; HOFF_CLEAR;
+			holder = 0; expires = 0; HOFF_CLEAR; SESS_UNBIND;
 			printf("t%d db: release r%d token %d\n", now, i, r[i].reqArg)
 		:: else
 		fi
@@ -688,8 +831,9 @@ inline storeExec(i) {
 		fi;
 		/* P5: the fence never refuses a live term (lease row intact),
 		 * except one whose token the old server had issued before a
-		 * failover (docs/ha.md, Tokens: the second holder is refused). */
-		PROP(5, wiped || !live || (FAILED && r[i].wrTok <= foMax) || RESTARTED(i))
+		 * failover (docs/ha.md, Tokens: the second holder is refused),
+		 * and, with SESSION, a stale one (P1's exception). */
+		PROP(5, wiped || !live || (FAILED && r[i].wrTok <= foMax) || RESTARTED(i) || SESS_STALE(i))
 	fi;
 	if
 	:: r[i].st == LEAD && r[i].tseq == r[i].wrSeq ->
@@ -780,7 +924,8 @@ inline endTerm(i) {
 #endif
 	r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0;
 	r[i].sent = 0; r[i].tb = 0; r[i].tok = 0; r[i].tseq = 0; r[i].phase = 0;
-	r[i].ending = false; r[i].lost = false; r[i].renewing = false; r[i].rnext = 0
+	r[i].ending = false; r[i].lost = false; r[i].renewing = false; r[i].rnext = 0;
+	SESS_CLEAR(i)
 }
 
 #ifdef HANDOFF
@@ -910,8 +1055,9 @@ inline fault() { faults++ }
 	:: d_step { G && BUDGET -> SEND; fault(); printf("t%d net: r%d's store statement lost\n", now, i); r[i].wr = W_NONE; r[i].wrTok = 0; r[i].wrSeq = 0 } \
 	:: d_step { G && BUDGET -> SEND; fault(); printf("t%d net: r%d's store statement delayed\n", now, i) }
 
-#define CAMPAIGN    (!r[i].paused && r[i].st == IDLE && r[i].lc >= r[i].wake)
-#define RENEW       (!r[i].paused && r[i].st == LEAD && !r[i].ending && !r[i].renewing && r[i].lc >= r[i].rnext)
+#define CAMPAIGN    (!r[i].paused && r[i].st == IDLE && r[i].lc >= r[i].wake && SESS_QUIET(i))
+#define RENEW_DUE   (!r[i].paused && r[i].st == LEAD && !r[i].ending && !r[i].renewing && r[i].lc >= r[i].rnext)
+#define RENEW       (RENEW_DUE && SESS_HEARS(i))
 #define ENDS        (!r[i].paused && r[i].st == LEAD && !r[i].bodyOn)
 #define CLAIMS      (!r[i].paused && r[i].st == LEAD && r[i].bodyOn && r[i].phase == CLAIMING && r[i].wr == W_NONE)
 #ifdef JOB
@@ -921,6 +1067,110 @@ inline fault() { faults++ }
 #endif
 #define WRITES      (!r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && r[i].wr == W_NONE && LIVE(i))
 #define WRITE_SEND  r[i].wr = W_WRITE; r[i].wrTok = r[i].tok; r[i].wrSeq = r[i].tseq
+
+#ifdef SESSION
+/* The holder's pending read returns its session's end: the term ends as
+ * lost and its body is cancelled at once (as on ErrLost); a campaign on
+ * that connection fails. The next statement goes on a new session. */
+inline noteRead(i) {
+	r[i].snote = NOTE_NONE;
+	if
+	:: r[i].st == LEAD ->
+#ifdef MUTANT_SESSION_IGNORES_END
+		printf("t%d r%d: its lease session has ended: ignored\n", now, i)
+#else
+		if
+		:: !r[i].ending -> r[i].ending = true; r[i].lost = true
+		:: else
+		fi;
+		r[i].bodyOn = false; r[i].renewing = false;
+		printf("t%d r%d: its lease session has ended: term lost, body cancelled\n", now, i)
+#endif
+	:: r[i].st == ACQ ->
+		r[i].st = BACKOFF; r[i].wake = r[i].lc + BACKOFF_MAX; r[i].sent = 0;
+		printf("t%d r%d: its lease session has ended: the campaign fails\n", now, i)
+	:: else
+	fi;
+	r[i].skill = false; r[i].sslow = false; r[i].sovl = 0
+}
+
+/* the row names i and is bound to i's session, which lives */
+#define SESS_BOUND_LIVE (holder == i + 1 && bend == SE_ALIVE && !r[i].dead)
+#ifdef SESS_LIVE
+#define SFO_START sfo = 1
+#else
+#define SFO_START skip
+#endif
+
+#define SESSION_STEPS \
+	/* a crash: a statement already sent still runs (the server reads it \
+	 * before the end of the stream), then the session ends; the replica \
+	 * never acts again, but a store statement on its way may still land */ \
+	:: d_step { BUDGET && SESS_BOUND_LIVE && !r[i ^ 1].dead -> \
+		fault(); \
+		if \
+		:: r[i].req != R_NONE -> dbExec(i) \
+		:: else \
+		fi; \
+		if \
+		:: holder == i + 1 -> bend = SE_GONE \
+		:: else \
+		fi; \
+		r[i].dead = true; r[i].paused = true; r[i].st = IDLE; r[i].bodyOn = false; \
+		r[i].lc = 0; r[i].drift = 0; r[i].slow = false; r[i].wake = 0; r[i].sent = 0; \
+		r[i].tb = 0; r[i].tok = 0; r[i].tseq = 0; r[i].phase = 0; \
+		r[i].ending = false; r[i].lost = false; r[i].renewing = false; r[i].rnext = 0; \
+		r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0; \
+		SESS_CLEAR(i); SFO_START; \
+		printf("t%d r%d: crashes, its lease session ending with it\n", now, i); CHECK_P1 } \
+	/* pg_terminate_backend, or a proxy's reset: the session ends while the \
+	 * process lives; the end is on its way to the holder's pending read \
+	 * (after any answer already on its way) */ \
+	:: d_step { BUDGET && SESS_BOUND_LIVE -> \
+		fault(); bend = SE_KILLED; r[i].req = R_NONE; r[i].reqArg = 0; \
+		if \
+		:: r[i].st == LEAD || r[i].st == ACQ -> r[i].snote = NOTE_FRESH; r[i].skill = true \
+		:: else \
+		fi; \
+		printf("t%d db: r%d's lease session is terminated, its process lives on\n", now, i); CHECK_P1 } \
+	/* ... or never reaches it: its connection died silently (a proxy that \
+	 * reset the server side and hangs the client's) */ \
+	:: d_step { BUDGET && SESS_BOUND_LIVE && r[i].st == LEAD -> \
+		fault(); bend = SE_KILLED; r[i].req = R_NONE; r[i].reqArg = 0; \
+		r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0; \
+		r[i].deaf = true; r[i].skill = true; r[i].sslow = true; \
+		printf("t%d db: r%d's lease session is reset, its process lives on and never hears of it\n", now, i); CHECK_P1 } \
+	/* the server stops hearing from the holder (a partition) and ends the \
+	 * session by keepalive, tcp_user_timeout or idle_session_timeout: only \
+	 * a holder whose session cannot end so within TTL of the last statement \
+	 * it heard is bound, so this comes at the row's expiry or later \
+	 * (KA_EARLY = 0); the holder never hears of it */ \
+	:: d_step { BUDGET && SESS_BOUND_LIVE && expires <= now + KA_EARLY -> \
+		fault(); bend = SE_GONE; r[i].req = R_NONE; r[i].reqArg = 0; \
+		r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0; \
+		r[i].deaf = (r[i].st == LEAD); \
+		printf("t%d db: the server stops hearing from r%d and ends its lease session\n", now, i); CHECK_P1 } \
+	/* the candidate's wait on the holder's session returns: it campaigns now */ \
+	:: d_step { WAKE(i) -> r[i].wake = r[i].lc; r[i].woke = true; \
+		printf("t%d r%d: its wait on r%d's session returns\n", now, i, i ^ 1) } \
+	:: d_step { NOTE_READ(i) -> noteRead(i); CHECK_P1 } \
+	/* a deaf holder's renewal goes on its dead connection: lost */ \
+	:: d_step { RENEW_DUE && r[i].deaf -> renewSend(i); dropReq(i) } \
+	SESS_RESTART_LOST
+#ifdef FAILOVER
+/* after a failover the old server's host may be gone: the end of a
+ * session it held never reaches the holder (no fault: the failover is) */
+#define SESS_RESTART_LOST \
+	:: d_step { r[i].snote != NOTE_NONE && !r[i].skill && r[i].st == LEAD -> \
+		r[i].snote = NOTE_NONE; r[i].deaf = true; \
+		r[i].rep = P_NONE; r[i].repDel = false; r[i].repTok = 0; r[i].repSeq = 0; \
+		printf("t%d r%d: never hears that the old server ended its session\n", now, i) }
+#else
+#define SESS_RESTART_LOST
+#endif
+#else
+#define SESSION_STEPS
+#endif
 
 proctype Replica(byte i) {
 	bool ok, live;   /* storeExec's scratch, false between actions */
@@ -953,6 +1203,7 @@ end:
 	HANDOFF_STEPS
 	TAKE_NOTICE_STEP
 	RESTART_STEP
+	SESSION_STEPS
 	:: d_step { !r[i].paused && r[i].st == LEAD && r[i].phase == BODY && r[i].bodyOn && returns < RETURNS ->
 		returns++; r[i].bodyOn = false; HOFF_FIN; JOB_FINISH; printf("t%d r%d: body returns\n", now, i) }
 	JOB_FINISH_LOST
@@ -962,7 +1213,7 @@ end:
 	:: d_step { !r[i].paused && r[i].st == BACKOFF -> r[i].st = IDLE; r[i].wake = r[i].lc }
 	:: d_step { BUDGET && !r[i].paused -> fault(); r[i].paused = true;
 		printf("t%d r%d: pauses (lc %d)\n", now, i, r[i].lc) }
-	:: d_step { r[i].paused ->
+	:: d_step { r[i].paused && SESS_ALIVE(i) ->
 		r[i].paused = false;
 		/* the elector's overdue timers fire at once: a body past S stops */
 		if
@@ -971,14 +1222,14 @@ end:
 		fi;
 		printf("t%d r%d: resumes (lc %d)\n", now, i, r[i].lc);
 		CHECK_P1 }
-	:: d_step { r[i].drift < DRIFT && !r[i].slow -> r[i].drift++; r[i].slow = true;
+	:: d_step { r[i].drift < DRIFT && !r[i].slow && SESS_ALIVE(i) -> r[i].drift++; r[i].slow = true;
 		printf("t%d r%d: clock loses the next tick\n", now, i) }
 	od
 }
 
 inline tickClock(i) {
 	if
-	:: r[i].slow -> r[i].slow = false
+	:: r[i].slow || SESS_DEAD(i) -> r[i].slow = false
 	:: else -> r[i].lc++
 	fi;
 	/* a body that honours Ending and its context has returned by S */
@@ -1005,6 +1256,7 @@ inline tickClock(i) {
 		HOFF_RESTORE(OFF); \
 		r[0].req = R_NONE; r[0].reqArg = 0; r[1].req = R_NONE; r[1].reqArg = 0; \
 		DROP_REQ_3; \
+		SESS_RESTART; \
 		fo = FO_DONE; epochEmpty = true; cHolder = 0; cToken = 0; cExpires = 0; \
 		printf("t%d db: failover: the new server has the copy, token %d, its clock %d behind\n", now, ltoken, OFF); \
 		CHECK_P1 }
@@ -1041,6 +1293,63 @@ inline tickClock(i) {
 #endif
 #endif
 
+#ifdef SESSION
+/* at the end of a tick: an end that came in it is read by the next one;
+ * a stale holder that a fault holds up (paused, its end lost, an answer
+ * delayed ahead of the end) is exempt from P9, and its overlap lasts at
+ * most to its safe end (P1's second clause) */
+inline sessTick(i) {
+	if
+	:: STALE(i) && (r[i].paused || r[i].repDel || r[i].deaf) -> r[i].sslow = true
+	:: else
+	fi;
+	if
+	:: STALE(i) && INWIN(i) && COUNT(INWIN) > 1 -> r[i].sovl = (r[i].sovl < 3 -> r[i].sovl + 1 : 3)
+	:: else
+	fi;
+	PROP(9, r[i].sovl <= SESS_NOTE || r[i].sslow);
+	if
+	:: r[i].snote == NOTE_FRESH -> r[i].snote = NOTE_OLD
+	:: else
+	fi
+}
+#ifdef SESS_LIVE
+#ifndef SESS_FO
+#define SESS_FO 0              /* P10: ticks from the holder's crash to the candidate's lead */
+#endif
+#if SESS_FO > 5
+#error "P10's counter (3 bits) holds SESS_FO <= 5"
+#endif
+/* P10: after the holder's crash the candidate leads within SESS_FO ticks */
+#define SFO_TICK \
+	if \
+	:: sfo != 0 && (led || ANY(LEADING)) -> sfo = 0 \
+	:: sfo != 0 && !(led || ANY(LEADING)) -> sfo = (sfo < 7 -> sfo + 1 : 7); PROP(10, sfo <= SESS_FO + 1) \
+	:: else \
+	fi
+#else
+#define SFO_TICK skip
+#endif
+/* P9: a stale holder that no fault holds up learns within SESS_NOTE ticks:
+ * it is in its window beside another body at the end of at most SESS_NOTE
+ * ticks of one stale term */
+#define SESS_TICK sessTick(0); sessTick(1); SFO_TICK
+#if defined(FAILOVER) || defined(SRV_RESTART)
+/* a failover or a restart ends every session: the row's binding is the old
+ * server run's, and the end is on its way to each holder and campaigner */
+inline sessRestart(k) {
+	if
+	:: !r[k].dead && r[k].snote == NOTE_NONE && !r[k].deaf && (r[k].st == LEAD || r[k].st == ACQ) -> r[k].snote = NOTE_FRESH
+	:: else
+	fi
+}
+#define SESS_RESTART bend = (holder != 0 -> SE_RESTART : SE_ALIVE); sessRestart(0); sessRestart(1)
+#endif
+#else
+#define SESS_TICK skip
+#define SESS_RESTART skip
+#endif
+
 proctype Clock() {
 end:
 	do
@@ -1059,6 +1368,7 @@ end:
 			PROP(4, p4 <= P4_N)
 		:: else
 		fi;
+		SESS_TICK;
 		led = false;
 		now++;
 #ifdef FAILOVER
@@ -1082,6 +1392,18 @@ end:
 	FAILOVER_TO(0)
 	FAILOVER_TO(1)
 	FAILOVER_TO(-1)
+#endif
+#ifdef SRV_RESTART
+	/* a clean restart (pg_ctl restart, fast mode): every session ends, each
+	 * client is sent the end before its connection closes, statements in
+	 * flight are lost with their connections; no row is lost and, with
+	 * server_epoch kept, there is no grace */
+	:: d_step { !restarted ->
+		restarted = true;
+		r[0].req = R_NONE; r[0].reqArg = 0; r[1].req = R_NONE; r[1].reqArg = 0;
+		SESS_RESTART;
+		printf("t%d db: the server restarts: every session ends\n", now);
+		CHECK_P1 }
 #endif
 #ifdef WIPE
 	:: d_step { BUDGET && !wiped ->
