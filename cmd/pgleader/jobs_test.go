@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgleader/pgleader/internal/jobtest"
 	"github.com/pgleader/pgleader/internal/pgtest"
 )
 
@@ -72,20 +73,13 @@ type jobRunRow struct {
 	finishedAt   *time.Time // nil while running
 }
 
-// busyAt reports whether the run of an earlier instant than at, other than
-// the run of except, still held the job at at: it ended less than 250 ms
-// before (its term releases the lease after recording the end) or has not
-// ended. The runners campaigning at at found the lease held and passed
-// the instant over (--missed skip): on a loaded machine a run can end a
-// second late. Such an instant is missed by the policy, not lost.
-func busyAt(runs map[time.Time]jobRunRow, at, except time.Time) bool {
+// passedOver is jobtest.PassedOver on the runs of the map.
+func passedOver(runs map[time.Time]jobRunRow, missing []time.Time, except time.Time) ([]time.Time, int) {
+	var ended []jobtest.Ended
 	for instant, r := range runs {
-		if instant.Before(at) && !instant.Equal(except) &&
-			(r.finishedAt == nil || r.finishedAt.After(at.Add(-250*time.Millisecond))) {
-			return true
-		}
+		ended = append(ended, jobtest.Ended{Instant: instant, FinishedAt: r.finishedAt})
 	}
-	return false
+	return jobtest.PassedOver(ended, missing, except)
 }
 
 func jobRuns(t *testing.T, db *pgtest.DB, job string) map[time.Time]jobRunRow {
@@ -390,14 +384,8 @@ sleep 0.3
 	if r := recorded[killed.instant]; r.owner != "replica-c" || r.state != "running" {
 		t.Errorf("the killed run's instant %d: %+v, want left running by replica-c", s.index(killed.instant), r)
 	}
-	var missing []time.Time
-	busy := 0
-	for _, at := range s.missing(recorded) {
-		if busyAt(recorded, at, killed.instant) {
-			busy++
-			continue
-		}
-		missing = append(missing, at)
+	missing, busy := passedOver(recorded, s.missing(recorded), killed.instant)
+	for _, at := range missing {
 		// Until its lease expires (plus one period for a campaign that a
 		// runner's estimate of the database clock sent a little early),
 		// the others find the job held and skip the instant.
@@ -553,14 +541,8 @@ fi
 	// The instants that came while the hung run held the job, and until its
 	// lease expired, may have no run: a runner does not start them late
 	// (--missed skip), and at least once retries runs, not instants.
-	var missing []time.Time
-	busy := 0
-	for _, at := range s.missing(recorded) {
-		if busyAt(recorded, at, firstRun.instant) {
-			busy++
-			continue
-		}
-		missing = append(missing, at)
+	missing, busy := passedOver(recorded, s.missing(recorded), firstRun.instant)
+	for _, at := range missing {
 		if !at.After(firstRun.instant) || !at.Before(retry.startedAt) {
 			t.Errorf("instant %d has no run; only those between the hung instant %d and its retry may lack one",
 				s.index(at), s.index(firstRun.instant))

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgleader/pgleader/internal/jobtest"
 	"github.com/pgleader/pgleader/internal/pgtest"
 )
 
@@ -223,21 +224,13 @@ func (h history) missing() []time.Time {
 	return out
 }
 
-// busyAt reports whether the run of an earlier instant than at, other than
-// the run of except, still held the job at instant at: it ended less than
-// releaseLag before (its term releases the lease after recording the end)
-// or has not ended. The runners
-// campaigning at that instant found the lease held and, at most once,
-// passed the instant over: on a loaded machine a run can end a second
-// late. The instant is missed by the policy (Missed: skip), not lost.
-func (h history) busyAt(at, except time.Time) bool {
-	const releaseLag = 250 * time.Millisecond
-	for _, r := range h.runs {
-		if r.Instant.Before(at) && !r.Instant.Equal(except) && (r.FinishedAt == nil || r.FinishedAt.After(at.Add(-releaseLag))) {
-			return true
-		}
+// passedOver is jobtest.PassedOver on the history's runs.
+func (h history) passedOver(missing []time.Time, except time.Time) ([]time.Time, int) {
+	ended := make([]jobtest.Ended, len(h.runs))
+	for i, r := range h.runs {
+		ended[i] = jobtest.Ended{Instant: r.Instant, FinishedAt: r.FinishedAt}
 	}
-	return false
+	return jobtest.PassedOver(ended, missing, except)
 }
 
 // entriesAt returns the entries of one instant.

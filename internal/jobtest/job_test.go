@@ -103,14 +103,7 @@ func TestAtMostOnce(t *testing.T) {
 	if len(lost) == 1 {
 		lostAt = lost[0].Instant
 	}
-	var missing, busy []time.Time
-	for _, at := range h.missing() {
-		if h.busyAt(at, lostAt) {
-			busy = append(busy, at)
-		} else {
-			missing = append(missing, at)
-		}
-	}
+	missing, busy := h.passedOver(h.missing(), lostAt)
 	switch {
 	case len(lost) > 1:
 		t.Errorf("%d runs of C left running; C died once", len(lost))
@@ -133,7 +126,7 @@ func TestAtMostOnce(t *testing.T) {
 		t.Errorf("B, its clock 2 s ahead, ran no instant of %d", len(h.runs))
 	}
 	t.Logf("%d instants, %d runs (by owner %v), %d lost with C (left running), %d missed while its lease lasted, %d while an earlier run ran late",
-		h.instants(), len(h.runs), owners, len(lost), len(missing), len(busy))
+		h.instants(), len(h.runs), owners, len(lost), len(missing), busy)
 }
 
 // TestAtLeastOnce runs a job every 2 s on three replicas with AtLeastOnce
@@ -232,14 +225,8 @@ func TestAtLeastOnce(t *testing.T) {
 	// its lease expired, have no run: a runner does not start them late
 	// (MissedSkip), and at least once retries runs, not instants. So do
 	// those that came while the run of an earlier instant ran late.
-	var missing []time.Time
-	busy := 0
-	for _, at := range h.missing() {
-		if h.busyAt(at, hung.Instant) {
-			busy++
-			continue
-		}
-		missing = append(missing, at)
+	missing, busy := h.passedOver(h.missing(), hung.Instant)
+	for _, at := range missing {
 		if !at.After(hung.Instant) || !at.Before(retry.StartedAt) {
 			t.Errorf("instant %d has no run; only those between C's hung instant %d and its retry may lack one",
 				h.index(at), h.index(hung.Instant))
