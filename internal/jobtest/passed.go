@@ -9,8 +9,14 @@ type Ended struct {
 }
 
 // releaseLag is how long after a run records its end its term may still
-// hold the job's lease: the term releases it after job_finish.
-const releaseLag = 250 * time.Millisecond
+// hold the job's lease (the term releases it after job_finish), or the
+// runners that found it held may come late to the next instant: on a
+// machine busy with two test suites and a chaos cluster, 250 ms was too
+// little for either (a release after job_finish and a next campaign came
+// later than that, and the instant after a run's end was passed over by
+// every runner, no term drawn for it). An instant further from every run's
+// end must have a run.
+const releaseLag = 1500 * time.Millisecond
 
 // PassedOver splits missing, instants of a job that have no run, into
 // those the runners passed over while the run of an earlier instant, other
