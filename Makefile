@@ -19,8 +19,7 @@ help: ## Show this help.
 
 # internal/cmd/testsum reads the tests' go test -json, prints go test's usual
 # output, then the failed and the skipped tests (with t.Skip's reason), and
-# exits with the status of its sh -c. gocronpgleader's tests mostly wait for
-# a scheduler's seconds, so they run four at a time (-parallel 4).
+# exits with the status of its sh -c.
 .PHONY: test
 test: ## Vet, then run every test of the five modules (root, otelpgleader, gocronpgleader, examples/gorm, examples/libpq) under the race detector, and the one test the race detector skips without it (finds or starts PostgreSQL; see README); ends with the skipped tests and why.
 	$(GO) vet ./...
@@ -32,7 +31,7 @@ test: ## Vet, then run every test of the five modules (root, otelpgleader, gocro
 	  $(GO) run ./internal/embedpg/withpg -if-needed -- sh -c "$(GO) test -json -race -count=1 -timeout 9m ./... && \
 	    cd $(GORM_DIR) && $(GO) test -json -race -count=1 ./... && \
 	    cd $(CURDIR)/$(LIBPQ_DIR) && $(GO) test -json -race -count=1 ./... && \
-	    cd $(CURDIR)/$(GOCRON_DIR) && $(GO) test -json -race -count=1 -parallel 4 ./..." && \
+	    cd $(CURDIR)/$(GOCRON_DIR) && $(GO) test -json -race -count=1 ./..." && \
 	  cd $(OTEL_DIR) && $(GO) test -json -race -count=1 ./... && \
 	  cd $(CURDIR) && $(GO) test -json -count=1 -run "^TestSetBodyStartsOnSmallStack$$" ./pgleader/'
 
