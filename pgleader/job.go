@@ -386,44 +386,36 @@ func (r *jobRunner) observe(kind ObservationKind, instant time.Time, missed bool
 		Missed: missed, Took: took, Err: err})
 }
 
-// start reads the clock, as schedule does, and the database's max_ttl: a
-// TTL above it would be refused only at the first instant's campaign,
-// which may be hours away, so RunJob refuses it at once, as the database
-// would.
-func (r *jobRunner) start(ctx context.Context) error {
-	sent := jobclock.Now()
-	var db time.Time
-	var maxTTL time.Duration
-	err := r.p.with(ctx, func(conn DB, _ *pgconn.PgConn) error {
-		return conn.QueryRow(ctx, `SELECT pgleader.job_schedule($1, $2, NULL), (SELECT g.max_ttl FROM pgleader.grace() AS g)`,
-			exec, r.job.Name, r.sched.desc).Scan(&db, &maxTTL)
-	})
-	if err != nil {
-		return sqlError("job_schedule", err)
-	}
-	r.read(sent, db)
-	if r.spec.TTL > maxTTL {
-		return invalidf("job %q: Spec.TTL %v exceeds the database's max_ttl %v: use a shorter TTL, "+
-			"or raise the limit with pgleader.set_max_ttl (it is also the grace after a failover)", r.job.Name, r.spec.TTL, maxTTL)
-	}
-	return nil
-}
-
 // schedule records the next instant in pgleader.job and reads the clock.
+// The first call (next zero, when RunJob starts) also reads the database's
+// max_ttl: a TTL above it would be refused only at the first instant's
+// campaign, which may be hours away, so RunJob refuses it at once, as the
+// database would.
 func (r *jobRunner) schedule(ctx context.Context, next time.Time) error {
 	var nextArg pgtype.Timestamptz
+	query := `SELECT pgleader.job_schedule($1, $2, $3), NULL::interval`
 	if !next.IsZero() {
 		nextArg = pgtype.Timestamptz{Time: next, Valid: true}
+	} else {
+		query = `SELECT pgleader.job_schedule($1, $2, $3), (SELECT g.max_ttl FROM pgleader.grace() AS g)`
 	}
 	sent := jobclock.Now()
 	var db time.Time
+	var maxTTL pgtype.Interval
 	err := r.p.with(ctx, func(conn DB, _ *pgconn.PgConn) error {
-		return conn.QueryRow(ctx, `SELECT pgleader.job_schedule($1, $2, $3)`, exec, r.job.Name, r.sched.desc, nextArg).Scan(&db)
+		return conn.QueryRow(ctx, query, exec, r.job.Name, r.sched.desc, nextArg).Scan(&db, &maxTTL)
 	})
 	if err != nil {
 		return sqlError("job_schedule", err)
 	}
 	r.read(sent, db)
+	if maxTTL.Valid {
+		limit := time.Duration(maxTTL.Microseconds)*time.Microsecond + time.Duration(maxTTL.Days)*24*time.Hour
+		if maxTTL.Months == 0 && r.spec.TTL > limit {
+			return invalidf("job %q: Spec.TTL %v exceeds the database's max_ttl %v: use a shorter TTL, "+
+				"or raise the limit with pgleader.set_max_ttl (it is also the grace after a failover)", r.job.Name, r.spec.TTL, limit)
+		}
+	}
 	return nil
 }
 
@@ -432,7 +424,7 @@ func (r *jobRunner) loop(ctx context.Context) error {
 	// The first reading of the clock; errors that retrying cannot cure end
 	// RunJob here.
 	for {
-		err := r.start(ctx)
+		err := r.schedule(ctx, time.Time{})
 		if err == nil {
 			break
 		}
