@@ -242,13 +242,17 @@ func (r *run) claim(ctx context.Context, t *pgleader.Term) (bool, error) {
 	var now time.Time
 	var last pgtype.Timestamptz
 	var left []time.Time
-	// The runs left running by earlier terms: the lease is this term's,
-	// so none of them has a live term.
-	err := r.l.db.QueryRow(ctx, `SELECT pgleader.job_schedule($1, $2, NULL),
-		(SELECT instant FROM pgleader.job_runs($1, 1)),
-		(SELECT coalesce(array_agg(r.instant ORDER BY r.instant), '{}') FROM pgleader.job_runs($1, 1000) AS r
-		  WHERE $3 AND r.state = 'running' AND r.token < $4)`,
-		r.job, scheduleDesc, r.l.opts.AtLeastOnce, t.Token()).Scan(&now, &last, &left)
+	query, args := `SELECT pgleader.job_schedule($1, $2, NULL), (SELECT instant FROM pgleader.job_runs($1, 1)),
+		'{}'::timestamptz[]`, []any{r.job, scheduleDesc}
+	if r.l.opts.AtLeastOnce {
+		// The runs left running by earlier terms: the lease is this
+		// term's, so none of them has a live term.
+		query = `SELECT pgleader.job_schedule($1, $2, NULL), (SELECT instant FROM pgleader.job_runs($1, 1)),
+			(SELECT coalesce(array_agg(r.instant ORDER BY r.instant), '{}') FROM pgleader.job_runs($1, 1000) AS r
+			  WHERE r.state = 'running' AND r.token < $3)`
+		args = append(args, t.Token())
+	}
+	err := r.l.db.QueryRow(ctx, query, args...).Scan(&now, &last, &left)
 	if err != nil {
 		return false, fmt.Errorf("gocronpgleader: job_schedule: %w", err)
 	}
