@@ -1270,6 +1270,29 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 			{what: "register a candidate on an own held key for " + calendarTTL, code: anyOutcome,
 				run: rowsOf(`SELECT * FROM pgleader.campaign($1, 'h-2', '1 minute', 0, NULL, 0, $2::interval)`, hostileKey, calendarTTL)},
 		},
+		"pgleader.campaign_bound(text,text,interval,bigint,text,integer,interval)": {
+			// Neither the lapse of a term whose session ended nor the
+			// campaign is the hostile role's to make on another's key.
+			{what: "campaign session-bound for the victim's key", code: refused, msg: other,
+				run: rowsOf(`SELECT * FROM pgleader.campaign_bound($1, $2, '1 minute', 0, NULL, 0, '1 minute')`, victimKey, hostileHolder)},
+			{what: "campaign session-bound as the victim's holder", code: refused, msg: other,
+				run: rowsOf(`SELECT * FROM pgleader.campaign_bound($1, $2, '1 minute', 0, NULL, 0, NULL)`, victimKey, victimHolder)},
+		},
+		"pgleader.bind_refusal(interval)": {
+			// A read of the caller's own session's settings.
+			{what: "ask whether an own session can be bound for " + calendarTTL, code: anyOutcome,
+				run: rowsOf(`SELECT pgleader.bind_refusal($1::interval)`, calendarTTL)},
+		},
+		"pgleader.wait_session(text,interval)": {
+			// Holding another's key's session lock would keep its terms
+			// from being bound.
+			{what: "wait for the victim's holder's session", code: refused, msg: other,
+				run: rowsOf(`SELECT pgleader.wait_session($1, '10 milliseconds')`, victimKey)},
+		},
+		"pgleader.unbind(text)": {
+			{what: "unbind the victim's key", code: refused, msg: other,
+				run: rowsOf(`SELECT pgleader.unbind($1)`, victimKey)},
+		},
 		"pgleader.candidates(text)": {
 			// A read: the candidates are listed, nothing changes.
 			{what: "list the victim's candidates", run: textsOf(`SELECT owner FROM pgleader.candidates($1)`, victimKey),
@@ -1387,6 +1410,10 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 				verify: wantRows(0)},
 			{what: "renew an own key for " + calendarTTL, code: anyOutcome,
 				run: rowsOf(`SELECT * FROM pgleader.renew_many($1, ARRAY[$2], ARRAY[$3::bigint], $4::interval)`, hostileHolder, hostileKey, e.hToken, calendarTTL)},
+		},
+		"pgleader.renew_bound(text,text,bigint,interval,interval)": {
+			{what: "renew the victim's term on a session of its own", code: refused, msg: other,
+				run: rowsOf(`SELECT * FROM pgleader.renew_bound($1, $2, $3, '10 minutes', NULL)`, victimKey, victimHolder, tok)},
 		},
 		"pgleader.renew_term(text,text,bigint,interval)": {
 			{what: "renew the victim's term", code: refused, msg: other,

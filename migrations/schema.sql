@@ -93,6 +93,20 @@
 --   CREATE UNIQUE INDEX lease_pkey ON pgleader.lease USING btree (key)
 --   CREATE TRIGGER lease_draw BEFORE UPDATE OF token ON pgleader.lease FOR EACH ROW WHEN (((new.token IS DISTINCT FROM old.token) AND ((old.token_min IS NOT NULL) OR (new.token >= '4611686018427387904'::bigint) OR ((new.token & '1099511627775'::bigint) = 0)))) EXECUTE FUNCTION pgleader._lease_draw()
 
+-- table pgleader.lease_binding; grants: none
+--   comment pgleader session-bound terms: the backend (pid, on the server run server_start) whose session holds the term (key, token, holder, acquired_at) and the key's advisory lock.
+--   column key text NOT NULL
+--   column token bigint NOT NULL
+--   column holder text NOT NULL
+--   column acquired_at timestamp with time zone NOT NULL
+--   column pid integer NOT NULL
+--   column backend_start timestamp with time zone
+--   column server_start timestamp with time zone NOT NULL
+--   column bound_at timestamp with time zone NOT NULL
+--   constraint lease_binding_key_fkey FOREIGN KEY (key) REFERENCES pgleader.lease(key) ON DELETE CASCADE
+--   constraint lease_binding_pkey PRIMARY KEY (key)
+--   CREATE UNIQUE INDEX lease_binding_pkey ON pgleader.lease_binding USING btree (key)
+
 -- table pgleader.server_epoch UNLOGGED; grants: none
 --   comment pgleader: when this server began granting on its own (UNLOGGED: emptied by crash recovery, empty on a standby). Do not edit.
 --   column only_row boolean NOT NULL DEFAULT true
@@ -147,12 +161,84 @@ AS $function$
       FROM pg_catalog.pg_proc AS p
      WHERE p.pronamespace = 'pgleader'::regnamespace
        AND p.proname = ANY (ARRAY[
-           'acquire', 'acquire_many', 'advance', 'campaign', 'candidates', 'fence_claim', 'fence_floor',
+           'acquire', 'acquire_many', 'advance', 'bind_refusal', 'campaign', 'campaign_bound', 'candidates',
+           'fence_claim', 'fence_floor',
            'fence_trigger', 'fence_write', 'grace', 'hand_off', 'hint_handoff', 'holds', 'install_fence_trigger',
            'job_claim', 'job_finish', 'job_runs', 'job_schedule', 'job_status',
-           'lease', 'lease_guard', 'leases', 'notify', 'release', 'release_many', 'renew', 'renew_many',
+           'lease', 'lease_guard', 'leases', 'notify', 'release', 'release_many', 'renew', 'renew_bound', 'renew_many',
            'renew_term', 'resign', 'set_acquire', 'set_release', 'set_renew', 'set_status', 'set_tick',
-           'take', 'transfer', 'withdraw'])
+           'take', 'transfer', 'unbind', 'wait_session', 'withdraw'])
+$function$;
+
+-- function pgleader._bind(text,bigint,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader._bind(p_key text, p_token bigint, p_ttl interval)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    r pgleader.lease%ROWTYPE;
+    lk record;
+BEGIN
+    IF pgleader.bind_refusal(p_ttl) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key AND l.token = p_token AND l.holder IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    lk := pgleader._binding_lock(p_key);
+    IF NOT pgleader._binding_held(p_key, pg_backend_pid())
+       AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO pgleader.lease_binding AS b (key, token, holder, acquired_at, pid, backend_start, server_start, bound_at)
+    VALUES (p_key, p_token, r.holder, r.acquired_at, pg_backend_pid(),
+            (SELECT a.backend_start FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = pg_backend_pid()),
+            pg_postmaster_start_time(), clock_timestamp())
+    ON CONFLICT (key) DO UPDATE
+       SET token = excluded.token, holder = excluded.holder, acquired_at = excluded.acquired_at, pid = excluded.pid,
+           backend_start = excluded.backend_start, server_start = excluded.server_start, bound_at = excluded.bound_at;
+    RETURN true;
+END
+$function$;
+
+-- function pgleader._binding_held(text,integer); grants: none
+CREATE OR REPLACE FUNCTION pgleader._binding_held(p_key text, p_pid integer)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT EXISTS (
+        SELECT 1
+          FROM pg_catalog.pg_locks AS k, pgleader._binding_lock(p_key) AS b
+         WHERE k.locktype = 'advisory' AND k.granted AND k.pid = p_pid
+           AND k.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+           AND k.classid = b.classid::oid AND k.objid = b.objid::oid AND k.objsubid = 2)
+$function$;
+
+-- function pgleader._binding_lock(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader._binding_lock(p_key text, OUT classid integer, OUT objid integer)
+ RETURNS record
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT 1885826149, hashtext(p_key)
+$function$;
+
+-- function pgleader._bound_to(text,bigint,text,timestamp with time zone); grants: none
+CREATE OR REPLACE FUNCTION pgleader._bound_to(p_key text, p_token bigint, p_holder text, p_acquired_at timestamp with time zone)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT b.pid
+      FROM pgleader.lease_binding AS b
+     WHERE b.key = p_key AND b.token = p_token AND b.holder = p_holder AND b.acquired_at = p_acquired_at
+       AND b.server_start = pg_postmaster_start_time()
 $function$;
 
 -- function pgleader._caller(); grants: none
@@ -654,6 +740,16 @@ BEGIN
 END
 $function$;
 
+-- function pgleader._setting(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader._setting(p_name text)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT coalesce((SELECT nullif(s.setting, '')::integer FROM pg_catalog.pg_settings AS s WHERE s.name = p_name), 0)
+$function$;
+
 -- function pgleader._settings_lock(); grants: none
 CREATE OR REPLACE FUNCTION pgleader._settings_lock(OUT classid integer, OUT objid integer)
  RETURNS record
@@ -810,6 +906,42 @@ BEGIN
 END
 $function$;
 
+-- function pgleader.bind_refusal(interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.bind_refusal(p_ttl interval)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    ttl_ms double precision := extract(epoch FROM p_ttl) * 1000;
+    ka_idle integer := pgleader._setting('tcp_keepalives_idle');
+    ka_interval integer := pgleader._setting('tcp_keepalives_interval');
+    ka_count integer := pgleader._setting('tcp_keepalives_count');
+    user_timeout integer := pgleader._setting('tcp_user_timeout');
+    idle_timeout integer := pgleader._setting('idle_session_timeout');
+BEGIN
+    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'pgleader: ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    IF inet_client_addr() IS NOT NULL AND ka_idle > 0
+       AND (ka_idle + ka_interval * greatest(ka_count, 1)) * 1000.0 < ttl_ms THEN
+        RETURN format('the server ends this session after %s s without an answer to its TCP keepalives '
+                      '(tcp_keepalives_idle %s + tcp_keepalives_interval %s x tcp_keepalives_count %s), less than the TTL %s',
+                      ka_idle + ka_interval * greatest(ka_count, 1), ka_idle, ka_interval, ka_count, p_ttl);
+    END IF;
+    IF inet_client_addr() IS NOT NULL AND user_timeout > 0 AND user_timeout < ttl_ms THEN
+        RETURN format('the server ends this session after tcp_user_timeout = %s ms without an acknowledgement, less than the TTL %s',
+                      user_timeout, p_ttl);
+    END IF;
+    IF idle_timeout > 0 AND idle_timeout < ttl_ms THEN
+        RETURN format('the server ends this session after idle_session_timeout = %s ms idle, less than the TTL %s',
+                      idle_timeout, p_ttl);
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
 -- function pgleader.campaign(text,text,interval,bigint,text,integer,interval); grants: none
 CREATE OR REPLACE FUNCTION pgleader.campaign(p_key text, p_owner text, p_ttl interval, p_floor bigint, p_value text, p_priority integer, p_candidate interval)
  RETURNS TABLE(acquired boolean, holder text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone, value text, acquired_at timestamp with time zone)
@@ -874,6 +1006,53 @@ BEGIN
     DELETE FROM pgleader.candidate AS c WHERE c.key = p_key AND (c.owner = p_owner OR c.expires_at <= t);
 
     RETURN QUERY SELECT true, p_owner, r.token, r.expires_at, t, p_value, t;
+END
+$function$;
+
+-- function pgleader.campaign_bound(text,text,interval,bigint,text,integer,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.campaign_bound(p_key text, p_owner text, p_ttl interval, p_floor bigint, p_value text, p_priority integer, p_candidate interval)
+ RETURNS TABLE(acquired boolean, holder text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone, value text, acquired_at timestamp with time zone, bound boolean, holder_bound boolean, lapsed boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    r pgleader.lease%ROWTYPE;
+    c record;
+    g record;
+    t timestamptz;
+    pid integer;
+    lk record;
+    did_lapse boolean := false;
+    is_bound boolean := false;
+    held_bound boolean := false;
+BEGIN
+    PERFORM pgleader._check_args(p_key, p_owner, p_ttl, true, true);
+    g := pgleader._grace();
+    r := pgleader._lock_row(p_key);
+    t := clock_timestamp();
+    IF r.holder IS NOT NULL AND r.expires_at > t AND t >= g.grace_until AND pgleader._own(r.role, false) THEN
+        pid := pgleader._bound_to(r.key, r.token, r.holder, r.acquired_at);
+        IF pid IS NOT NULL AND NOT pgleader._binding_held(p_key, pid) THEN
+            UPDATE pgleader.lease AS l SET expires_at = t WHERE l.key = p_key;
+            did_lapse := true;
+        END IF;
+    END IF;
+
+    SELECT * INTO c FROM pgleader.campaign(p_key, p_owner, p_ttl, p_floor, p_value, p_priority, p_candidate) AS x;
+    IF c.acquired THEN
+        is_bound := pgleader._bind(p_key, c.token, p_ttl);
+    ELSE
+        IF pgleader._binding_held(p_key, pg_backend_pid()) THEN
+            lk := pgleader._binding_lock(p_key);
+            PERFORM pg_advisory_unlock(lk.classid, lk.objid);
+        END IF;
+        SELECT * INTO r FROM pgleader.lease AS l WHERE l.key = p_key;
+        pid := pgleader._bound_to(r.key, r.token, r.holder, r.acquired_at);
+        held_bound := c.holder = r.holder AND pid IS NOT NULL AND pgleader._binding_held(p_key, pid);
+    END IF;
+    RETURN QUERY SELECT c.acquired, c.holder, c.token, c.expires_at, c.db_now, c.value, c.acquired_at,
+                        is_bound, held_bound, did_lapse;
 END
 $function$;
 
@@ -1508,6 +1687,32 @@ AS $function$
     SELECT r.expires_at FROM pgleader.renew_term(p_key, p_owner, p_token, p_ttl) AS r
 $function$;
 
+-- function pgleader.renew_bound(text,text,bigint,interval,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.renew_bound(p_key text, p_owner text, p_token bigint, p_ttl interval, p_min_term interval)
+ RETURNS TABLE(expires_at timestamp with time zone, resign boolean, bound boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    b pgleader.lease_binding%ROWTYPE;
+    x record;
+BEGIN
+    SELECT * INTO b FROM pgleader.lease_binding AS lb WHERE lb.key = p_key AND lb.token = p_token AND lb.holder = p_owner;
+    IF FOUND AND (b.pid <> pg_backend_pid() OR b.server_start <> pg_postmaster_start_time()) THEN
+        PERFORM pgleader._check_key_role(p_key, 'renew it', false);
+        RETURN QUERY SELECT NULL::timestamptz, false, false;
+        RETURN;
+    END IF;
+    SELECT * INTO x FROM pgleader.renew_term(p_key, p_owner, p_token, p_ttl, p_min_term) AS rt;
+    IF x.expires_at IS NULL THEN
+        RETURN QUERY SELECT NULL::timestamptz, false, false;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT x.expires_at, x.resign, b.pid IS NOT NULL OR pgleader._bind(p_key, p_token, p_ttl);
+END
+$function$;
+
 -- function pgleader.renew_many(text,text[],bigint[],interval); grants: none
 CREATE OR REPLACE FUNCTION pgleader.renew_many(p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval)
  RETURNS TABLE(key text, expires_at timestamp with time zone, resign boolean)
@@ -2051,6 +2256,48 @@ BEGIN
     UPDATE pgleader.lease AS l SET resign_token = l.token, transfer_to = p_to WHERE l.key = p_key;
     RETURN QUERY SELECT true, r.holder, r.token,
         format('term %s of %s will end at its next renewal and hand off to %s', r.token, r.holder, p_to);
+END
+$function$;
+
+-- function pgleader.unbind(text); grants: none
+CREATE OR REPLACE FUNCTION pgleader.unbind(p_key text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    lk record := pgleader._binding_lock(p_key);
+BEGIN
+    PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
+    PERFORM pgleader._check_key_role(p_key, 'unbind it', false);
+    WHILE pgleader._binding_held(p_key, pg_backend_pid()) LOOP
+        PERFORM pg_advisory_unlock(lk.classid, lk.objid);
+    END LOOP;
+END
+$function$;
+
+-- function pgleader.wait_session(text,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.wait_session(p_key text, p_timeout interval)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    lk record := pgleader._binding_lock(p_key);
+    ms bigint := greatest(1, ceil(extract(epoch FROM p_timeout) * 1000))::bigint;
+BEGIN
+    PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
+    PERFORM pgleader._check_key_role(p_key, 'wait for its holder''s session', false);
+    IF pgleader._binding_held(p_key, pg_backend_pid()) THEN
+        RETURN true;
+    END IF;
+    PERFORM set_config('lock_timeout', ms::text, true);
+    PERFORM pg_advisory_lock(lk.classid, lk.objid);
+    RETURN true;
+EXCEPTION WHEN lock_not_available THEN
+    RETURN false;
 END
 $function$;
 

@@ -17,6 +17,10 @@ type candidacy struct {
 	took       *Event    // a term handed to this replica, confirmed by the watcher
 	registered bool      // the last campaign registered this replica as a candidate
 	handedOff  bool      // the last term handed the lease off
+	// holderBound: the last campaign found the lease held by a term bound
+	// to a live session (Options.SessionBound), whose end the next wait
+	// also waits for.
+	holderBound bool
 	// lastToken is the token of the last term led: the elector never
 	// leads a token at or below it.
 	lastToken int64
@@ -39,7 +43,7 @@ type candidacy struct {
 // registration lapse). It
 // reports whether a release event ended the wait, the confirmed hand-off if
 // one did, and whether ctx is still live.
-func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time) (hinted bool, took *Event, live bool) {
+func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan Event, heedAfter time.Time, freed <-chan struct{}) (hinted bool, took *Event, live bool) {
 	expiry := time.Now().Add(min(lease.Remaining(), e.spec.TTL))
 	e.setState(StateWaiting, expiry)
 	var heard bool // a release event is waiting for heedAfter
@@ -59,6 +63,11 @@ func (e *Elector) waitForExpiry(ctx context.Context, lease Lease, events <-chan 
 		select {
 		case <-ctx.Done():
 			return false, nil, false
+		case <-freed:
+			// The holder's session lock is this replica's: the bound
+			// term's session ended, or it was released. The campaign
+			// decides which.
+			return false, nil, true
 		case <-timer.C:
 			return heard && !time.Now().Before(heedAfter), nil, true
 		case ev := <-events:
@@ -159,7 +168,19 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 	if asCandidate {
 		c.TTL = e.spec.TTL + e.spec.Margin
 	}
-	lease, won, err := e.backend.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
+	var lease Lease
+	var won bool
+	var err error
+	if e.bs != nil {
+		var lapsed bool
+		lease, won, e.c.holderBound, lapsed, err = e.bs.campaign(actx, c, e.spec.TTL, floor)
+		if lapsed {
+			e.log.Info("the term holding the lease was bound to a session that has ended; took it over before its expiry",
+				"won", won)
+		}
+	} else {
+		lease, won, err = e.backend.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		// Stopping: no term starts now, and none won is left held.
 		switch {
@@ -208,5 +229,42 @@ func (e *Elector) releaseUnanswered() {
 			"key", e.spec.Key, "owner", e.opts.Owner, "token", l.Token, "err", err)
 	case released:
 		e.log.Info("released a term won by a campaign cancelled before its answer", "key", e.spec.Key, "owner", e.opts.Owner, "token", l.Token)
+	}
+}
+
+// sessionWaitSlack is how much sooner than the wait for the lease's expiry
+// the wait on the holder's session lock runs out by itself: interrupting
+// it from the client costs the connection.
+const sessionWaitSlack = 20 * time.Millisecond
+
+// waitSession waits on the elector's connection, until shortly before the
+// lease's expiry, for the session lock of the bound term holding it, and
+// closes freed if it takes it. stop ends the wait (at once if it is still
+// running sessionWaitSlack after stop is called) and waits for it.
+func (e *Elector) waitSession(ctx context.Context, lease Lease) (freed <-chan struct{}, stop func()) {
+	ch := make(chan struct{})
+	done := make(chan struct{})
+	wctx, cancel := context.WithCancel(ctx)
+	d := max(min(lease.Remaining(), e.spec.TTL)-sessionWaitSlack, time.Millisecond)
+	go func() {
+		defer close(done)
+		took, err := e.bs.waitHolder(wctx, d)
+		switch {
+		case took:
+			close(ch)
+		case err != nil && wctx.Err() == nil:
+			e.log.Debug("waiting on the holder's session failed; waiting for the lease's expiry", "err", err)
+		}
+	}()
+	return ch, func() {
+		timer := time.NewTimer(sessionWaitSlack)
+		select {
+		case <-done:
+		case <-timer.C:
+			cancel()
+			<-done
+		}
+		timer.Stop()
+		cancel()
 	}
 }

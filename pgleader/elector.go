@@ -37,6 +37,10 @@ type Elector struct {
 	mu     sync.Mutex
 	status Status
 	term   *Term
+
+	// bs is the connection of a session-bound elector while Run runs
+	// (Options.SessionBound), else nil. Run's goroutine sets it.
+	bs *boundSession
 }
 
 // New validates spec and opts and returns an Elector over backend (for
@@ -72,6 +76,10 @@ func New(backend Backend, spec Spec, opts Options) (*Elector, error) {
 	}
 	if spec.RequireFenceAdvance && !ab.Advance {
 		return nil, fmt.Errorf("%w: Spec.RequireFenceAdvance is set and %T cannot advance (its Abilities.Advance is false)", ErrAdvanceUnsupported, backend)
+	}
+	if opts.SessionBound && ab.session == nil {
+		return nil, invalidf("Options.SessionBound is set and %T cannot bind a term to a session: "+
+			"it needs the PostgreSQL backend over a *pgxpool.Pool, or with ListenWith", backend)
 	}
 	log = log.With("key", spec.Key, "owner", opts.Owner)
 	if opts.FenceFloor != nil && !ab.Advance {
@@ -159,6 +167,8 @@ func (e *Elector) Run(ctx context.Context) error {
 	watch()
 	defer func() { unwatch() }()
 
+	defer e.bindSession()()
+
 	c := &e.c
 	*c = candidacy{lastToken: c.lastToken, floor: c.floor, floorRead: c.floorRead} // a Run starts afresh but for these
 	defer func() {
@@ -194,6 +204,7 @@ func (e *Elector) Run(ctx context.Context) error {
 			candidate := e.handOff && e.ab.Events != nil && e.ab.Events.Listening()
 			lease, sent, won, err = e.campaign(ctx, candidate, c.reuseFloor)
 			c.registered = candidate && err == nil && !won
+			c.holderBound = c.holderBound && err == nil && !won
 		}
 		c.reuseFloor = err == nil && !won && lease.Held() && lease.Holder != e.opts.Owner
 		c.answered = c.answered || err == nil
@@ -263,13 +274,33 @@ func (e *Elector) Run(ctx context.Context) error {
 				c.heedAfter = sent.Add(e.spec.CampaignEvery)
 			}
 			c.waited = lease
+			var freed <-chan struct{}
+			stopWaiting := func() {}
+			if e.bs != nil && c.holderBound {
+				freed, stopWaiting = e.waitSession(ctx, lease)
+			}
 			var live bool
-			if c.hinted, c.took, live = e.waitForExpiry(ctx, lease, events, c.heedAfter); !live {
+			c.hinted, c.took, live = e.waitForExpiry(ctx, lease, events, c.heedAfter, freed)
+			stopWaiting()
+			if !live {
 				return nil
 			}
 		}
 	}
 	return nil
+}
+
+// bindSession gives a session-bound elector its connection for a Run (or
+// RunOnce) and returns the function that closes it.
+func (e *Elector) bindSession() func() {
+	if !e.opts.SessionBound {
+		return func() {}
+	}
+	e.bs = e.ab.session(e.spec.Key, e.spec.TTL, e.log)
+	return func() {
+		e.bs.close()
+		e.bs = nil
+	}
 }
 
 func (e *Elector) setState(st State, until time.Time) {
@@ -350,6 +381,10 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	stop, resign := ctx.Done(), t.resign
+	var sessionEnded <-chan struct{} // a bound term's session ended
+	if e.bs != nil {
+		sessionEnded = e.bs.sessionEnded()
+	}
 	var bodyErr error
 	var attrs []any // for the note of the last event
 	for {
@@ -383,6 +418,16 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 				attrs = []any{"err", r.err}
 			}
 			act, sent = renewOutcome(m, r.sent, r.resign, r.err), r.sent
+			if e.bs != nil && sessionEnded == nil {
+				sessionEnded = e.bs.sessionEnded() // bound by this renewal
+			}
+		case <-sessionEnded:
+			// The session the term was bound to ended (terminated, reset,
+			// the server restarted): a candidate may lead already, and
+			// no other session can renew the term.
+			sessionEnded = nil
+			act = m.Lost(time.Now(), false)
+			attrs = []any{"why", "the session the term was bound to ended"}
 		case <-timer.C:
 			act = m.Tick(time.Now())
 		case r := <-bodyDone:
@@ -399,6 +444,13 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 	end := termEnd{reason: t.Reason(), err: bodyErr}
 	if act.Release {
 		end.handedOff = e.release(ctx, log, token, act.HandOff)
+	} else if e.bs != nil {
+		// Let go of the session lock, which wakes a waiting candidate.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.ReleaseTimeout)
+		if err := e.bs.end(uctx, e.backend, func(Backend) error { return nil }); err != nil {
+			log.Warn("letting go of the term's session lock failed; waiting candidates find the lease at its expiry", "err", err)
+		}
+		cancel()
 	}
 	e.mu.Lock()
 	e.status.LastEnd = end.reason
@@ -493,7 +545,13 @@ func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out
 	if e.handOff {
 		minTerm = e.opts.MinTerm
 	}
-	_, resign, err := e.backend.RenewTerm(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL, minTerm)
+	var resign bool
+	var err error
+	if e.bs != nil {
+		_, resign, err = e.bs.renewTerm(rctx, e.opts.Owner, token, e.spec.TTL, minTerm)
+	} else {
+		_, resign, err = e.backend.RenewTerm(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL, minTerm)
+	}
 	out <- renewResult{sent: sent, took: time.Since(sent), err: err, resign: resign}
 }
 
@@ -504,17 +562,26 @@ func (e *Elector) release(ctx context.Context, log *slog.Logger, token int64, ha
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.spec.ReleaseTimeout)
 	defer cancel()
 	var released bool
-	var err error
-	if e.handOff && handOff {
-		var successor string
-		released, successor, err = e.backend.HandOff(rctx, e.spec.Key, e.opts.Owner, token, "")
-		if handedOff = err == nil && successor != ""; handedOff {
-			// Not token + 1: after a move to a new token epoch the
-			// successor draws above the epoch's base.
-			log.Info("handed the lease off", "successor", successor)
+	var successor string
+	op := func(b Backend) (err error) {
+		if e.handOff && handOff {
+			released, successor, err = b.HandOff(rctx, e.spec.Key, e.opts.Owner, token, "")
+		} else {
+			released, err = b.Release(rctx, e.spec.Key, e.opts.Owner, token)
 		}
+		return err
+	}
+	var err error
+	if e.bs != nil {
+		// On the term's session, which then lets go of its lock.
+		err = e.bs.end(rctx, e.backend, op)
 	} else {
-		released, err = e.backend.Release(rctx, e.spec.Key, e.opts.Owner, token)
+		err = op(e.backend)
+	}
+	if handedOff = err == nil && successor != ""; handedOff {
+		// Not token + 1: after a move to a new token epoch the
+		// successor draws above the epoch's base.
+		log.Info("handed the lease off", "successor", successor)
 	}
 	switch {
 	case err != nil:

@@ -142,6 +142,12 @@ type Abilities struct {
 	// Elector calls it once a term has settled. A failure costs the
 	// hand-off time, not correctness.
 	PrepareHandOff func(ctx context.Context, ttl time.Duration) error
+
+	// session opens the connection of a session-bound Elector (see
+	// Options.SessionBound); nil if the backend cannot bind terms to a
+	// session: only a Postgres backend that can open connections of its
+	// own can.
+	session func(key string, ttl time.Duration, log *slog.Logger) *boundSession
 }
 
 // Steerer is the part of a backend that acts on terms from outside them.

@@ -23,6 +23,7 @@ func (e *Elector) RunOnce(ctx context.Context) error {
 	if e.ab.Hold != nil {
 		defer e.ab.Hold()()
 	}
+	defer e.bindSession()()
 	defer e.setState(StateStopped, time.Time{})
 	e.setState(StateCampaigning, time.Time{})
 	lease, sent, won, err := e.campaign(ctx, false, false)

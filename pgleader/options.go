@@ -68,6 +68,22 @@ type Options struct {
 	// in. A body that watches Ending and returns nil hands off at once
 	// either way (docs/model.md, "Bodies that watch only ctx").
 	CancelOnStop bool
+	// SessionBound binds each term to the database session of the
+	// elector's own lease connection (schema version 19), so that when
+	// that session ends — most often because the leader's process died —
+	// a waiting candidate takes the lease at once instead of at its expiry
+	// (docs/ha.md, "Session-bound leases"). The candidates must set it too:
+	// they wait on the holder's session. Between renewals the leader keeps
+	// a read pending on its connection, and a session that ends while the
+	// process lives (pg_terminate_backend, a proxy's reset) ends its term
+	// as lost at once; until it learns, a successor may already lead: the
+	// one exception to "one leader at a time" this option makes, while the
+	// fence still refuses the old term's writes. It needs the PostgreSQL
+	// backend over a pool (or with ListenWith) connected to PostgreSQL
+	// directly, not through a pooler, and a server that does not end idle
+	// sessions sooner than the TTL; Run refuses it otherwise ([Permanent]).
+	// Off by default.
+	SessionBound bool
 }
 
 // SetOptions are the parts of a Set that are not timing.

@@ -50,6 +50,9 @@ type Postgres struct {
 	db     DB
 	listen *listener  // nil when poll-only
 	lease  *leaseConn // nil unless db is a pool
+	// connect is the configuration of connections of the backend's own
+	// (the pool's, or ListenWith's); nil if it has none.
+	connect *pgx.ConnConfig
 
 	off speedup.Mechanisms // switched off to measure them (internal/speedup)
 }
@@ -93,7 +96,7 @@ func NewPostgres(db DB, opts ...PostgresOption) *Postgres {
 	if pool, ok := db.(*pgxpool.Pool); ok && cfg.connect == nil {
 		cfg.connect = pool.Config().ConnConfig
 	}
-	p := &Postgres{db: db, log: cfg.logger}
+	p := &Postgres{db: db, log: cfg.logger, connect: cfg.connect}
 	if pool, ok := db.(*pgxpool.Pool); ok {
 		p.lease = &leaseConn{cfg: pool.Config().ConnConfig}
 	}
@@ -121,6 +124,11 @@ func (p *Postgres) Abilities() Abilities {
 		PrepareHandOff: p.prepareHandOff}
 	if p.listen != nil {
 		ab.Events = p
+	}
+	if p.connect != nil {
+		ab.session = func(key string, ttl time.Duration, log *slog.Logger) *boundSession {
+			return newBoundSession(p.connect, key, ttl, log)
+		}
 	}
 	return ab
 }

@@ -74,6 +74,7 @@ func cmdRun(args []string, stderr *os.File) error {
 	fs.DurationVar(&spec.ReleaseTimeout, "release-timeout", 0, "time for the group to die after SIGKILL, and bound of the release (default ttl/12)")
 	exitWithChild := fs.Bool("exit-with-child", false, "exit with COMMAND's status when it exits, instead of campaigning again")
 	healthAddr := fs.String("health-addr", "", "serve GET /healthz on this `address` (host:port)")
+	sessionBound := fs.Bool("session-bound", false, "bind each term to this replica's database session: when the leader's process dies, a candidate with the same flag leads at once instead of at the lease's expiry (docs/ha.md; schema 19)")
 	jf := defineJobFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return flagError("run", err)
@@ -93,6 +94,9 @@ func cmdRun(args []string, stderr *os.File) error {
 	job, err := jf.job(fs, spec.Key)
 	if err != nil {
 		return err
+	}
+	if *sessionBound && jf.scheduled(fs) {
+		return usagef("run", "--session-bound binds a continuous leader's term; it does not apply to scheduled runs (--every, --cron)")
 	}
 	if err := spec.Validate(); err != nil {
 		return usagef("run", "%s", specFlags.Replace(err.Error()))
@@ -128,7 +132,8 @@ func cmdRun(args []string, stderr *os.File) error {
 	// A job's runner makes electors of its own; this one, never run then,
 	// still fills in the defaults of the timing and the owner for it.
 	el, err := pgleader.New(backend, spec, pgleader.Options{
-		Owner: *owner, Value: *value, Priority: int32(*priority), Lead: sup.lead, Logger: logger, Observer: sup})
+		Owner: *owner, Value: *value, Priority: int32(*priority), Lead: sup.lead, Logger: logger, Observer: sup,
+		SessionBound: *sessionBound})
 	if err != nil {
 		return usagef("run", "%v", err)
 	}

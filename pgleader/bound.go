@@ -1,0 +1,308 @@
+package pgleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// boundApplicationName names a session-bound elector's connection in
+// pg_stat_activity.
+const boundApplicationName = "pgleader bound lease"
+
+// boundSession is the connection of one session-bound Elector (see
+// Options.SessionBound): its campaigns, renewals, releases and hand-offs
+// run on it, the terms it wins are bound to its session (schema version
+// 19, migrations/0019_session_bound.up.sql), and between statements it
+// keeps a read pending on it, so that the end of the session, whoever ends
+// it, ends a bound term at once (ended). While another replica's bound
+// term holds the lease, the candidate waits on it for that term's session
+// lock, which the holder's release or the end of its session frees.
+//
+// It is used by one Elector's Run; mu serializes its statements, which
+// the renewal goroutine and Run's own send.
+type boundSession struct {
+	cfg *pgx.ConnConfig
+	key string
+	ttl time.Duration
+	log *slog.Logger
+
+	mu   sync.Mutex
+	conn *pgx.Conn
+	be   *Postgres // the lease operations over conn
+	// ended is closed when conn's session ends, or conn is closed; a new
+	// connection gets a new one.
+	ended chan struct{}
+	// bound: a term bound to conn's session was won, confirmed or renewed
+	// on it, and not released or handed off since.
+	bound bool
+	// readCancel and readDone belong to the pending read while one runs.
+	readCancel context.CancelFunc
+	readDone   chan struct{}
+}
+
+func newBoundSession(cfg *pgx.ConnConfig, key string, ttl time.Duration, log *slog.Logger) *boundSession {
+	return &boundSession{cfg: cfg, key: key, ttl: ttl, log: log}
+}
+
+// errPooled is a session-bound elector's answer to a connection through a
+// pooler: see open.
+var errPooled = errors.New("a pooler (such as pgbouncer) is between this replica and PostgreSQL")
+
+// open connects and checks that the session can hold a bound term: it is a
+// server session of its own, not a pooler's (the process id the server
+// announced at connect is the backend's), and the server will not end it
+// for not hearing from the client within TTL (pgleader.bind_refusal).
+// mu is held.
+func (s *boundSession) open(ctx context.Context) error {
+	cfg := s.cfg.Copy()
+	cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams)
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = boundApplicationName
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	var pid uint32
+	var refusal pgtype.Text
+	if err := c.QueryRow(ctx, `SELECT pg_backend_pid(), pgleader.bind_refusal($1)`, exec, interval(s.ttl)).Scan(&pid, &refusal); err != nil {
+		_ = c.Close(context.WithoutCancel(ctx))
+		return sqlError("session-bound lease", err)
+	}
+	if announced := c.PgConn().PID(); announced != pid {
+		_ = c.Close(context.WithoutCancel(ctx))
+		return invalidf("Options.SessionBound: %w: the connection announced process %d and its backend is %d. "+
+			"A pooled server session may outlive the client's, or serve another client, so it cannot bind a lease; "+
+			"connect this Elector's pool to PostgreSQL directly, or drop SessionBound", errPooled, announced, pid)
+	}
+	if refusal.Valid {
+		_ = c.Close(context.WithoutCancel(ctx))
+		return invalidf("Options.SessionBound: %s; the lease could then be taken while its holder lives. "+
+			"Raise or turn off that setting for the application's role (ALTER ROLE ... SET), or drop SessionBound", refusal.String)
+	}
+	s.conn, s.be, s.ended, s.bound = c, &Postgres{db: c, log: s.log}, make(chan struct{}), false
+	return nil
+}
+
+// use stops the pending read and returns with mu held and a connection
+// open, or an error (with mu released).
+func (s *boundSession) use(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopRead()
+	if s.conn != nil && !s.conn.IsClosed() {
+		return nil
+	}
+	s.dropLocked()
+	if err := s.open(ctx); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// done ends a use: after an error that may have left the connection in an
+// unknown state it closes it (ending the session, and so a term bound to
+// it), else it starts the pending read while a term is bound. It releases
+// mu.
+func (s *boundSession) done(err error) {
+	defer s.mu.Unlock()
+	var pgErr *pgconn.PgError
+	if err != nil && !errors.As(err, &pgErr) || s.conn != nil && s.conn.IsClosed() {
+		s.dropLocked()
+		return
+	}
+	if s.bound {
+		s.startRead()
+	}
+}
+
+// dropLocked closes the connection, if any, and closes its ended.
+func (s *boundSession) dropLocked() {
+	if s.conn != nil {
+		_ = s.conn.Close(context.Background())
+		s.conn, s.be = nil, nil
+	}
+	if s.ended != nil {
+		closeOnce(s.ended)
+		s.ended = nil
+	}
+	s.bound = false
+}
+
+// startRead keeps a read pending on the connection until stopRead: it
+// returns only when the server ends the session (an error, FATAL 57P01 when
+// terminated, or the end of the stream) or stopRead interrupts it. mu is
+// held.
+func (s *boundSession) startRead() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.readCancel, s.readDone = cancel, done
+	conn, ended := s.conn, s.ended
+	go func() {
+		defer close(done)
+		for {
+			err := conn.PgConn().WaitForNotification(ctx)
+			if err == nil {
+				continue // nothing listens on this session; ignore
+			}
+			if ctx.Err() != nil && !conn.PgConn().IsClosed() {
+				return // stopRead
+			}
+			s.log.Warn("the session-bound lease connection's session ended; its term is lost", "err", err)
+			// Tell lead now, without waiting for mu, which a statement
+			// stuck on the dead connection may hold.
+			closeOnce(ended)
+			return
+		}
+	}()
+}
+
+// stopRead interrupts the pending read, if one runs, and waits for it. mu
+// is held.
+func (s *boundSession) stopRead() {
+	if s.readCancel == nil {
+		return
+	}
+	s.readCancel()
+	<-s.readDone
+	s.readCancel, s.readDone = nil, nil
+	if s.conn != nil && s.conn.IsClosed() {
+		s.dropLocked()
+	}
+}
+
+// closeOnce closes ch unless it is closed already. Only the pending read
+// and dropLocked (which waits for the read first, so the two never race)
+// close an ended channel.
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// sessionEnded returns the channel closed when the session of the bound
+// term ends, or nil while no term is bound.
+func (s *boundSession) sessionEnded() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.bound {
+		return nil
+	}
+	return s.ended
+}
+
+// campaign is Backend.Campaign through pgleader.campaign_bound. It also
+// reports whether the term holding the lease (when another does) is bound
+// to a live session, and whether this campaign lapsed a bound term whose
+// session had ended.
+func (s *boundSession) campaign(ctx context.Context, c Candidate, ttl time.Duration, floor int64) (l Lease, won, holderBound, lapsed bool, err error) {
+	if err := s.use(ctx); err != nil {
+		return Lease{}, false, false, false, err
+	}
+	defer func() { s.done(err) }()
+	var holder, value pgtype.Text
+	var expires, now, acquiredAt pgtype.Timestamptz
+	var bound bool
+	var cand pgtype.Interval
+	if c.TTL > 0 {
+		cand = interval(c.TTL)
+	}
+	err = s.conn.QueryRow(ctx, `SELECT acquired, holder, token, expires_at, db_now, value, acquired_at, bound, holder_bound, lapsed
+		FROM pgleader.campaign_bound($1, $2, $3, $4, $5, $6, $7)`, exec,
+		s.key, c.Owner, interval(ttl), floor, pgtype.Text{String: c.Value, Valid: c.Value != ""}, c.Priority, cand).
+		Scan(&won, &holder, &l.Token, &expires, &now, &value, &acquiredAt, &bound, &holderBound, &lapsed)
+	if err != nil {
+		return Lease{}, false, false, false, sqlError("campaign", err)
+	}
+	l.Key, l.Now = s.key, now.Time
+	if holder.Valid && holder.String != "pgleader.grace" {
+		l.Holder, l.ExpiresAt, l.Value = holder.String, expires.Time, value.String
+		l.AcquiredAt = acquiredAt.Time
+	} else if holder.Valid {
+		// The grace: nobody holds the lease, and nobody may take it
+		// before its end.
+		l.ExpiresAt = expires.Time
+	}
+	s.bound = won && bound
+	return l, won, holderBound, lapsed, nil
+}
+
+// renewTerm is Backend.RenewTerm through pgleader.renew_bound: a term bound
+// to this session is renewed only on it.
+func (s *boundSession) renewTerm(ctx context.Context, owner string, token int64, ttl, minTerm time.Duration) (expires time.Time, resign bool, err error) {
+	if err := s.use(ctx); err != nil {
+		return time.Time{}, false, err
+	}
+	defer func() { s.done(err) }()
+	var e pgtype.Timestamptz
+	var bound bool
+	err = s.conn.QueryRow(ctx, `SELECT expires_at, resign, bound FROM pgleader.renew_bound($1, $2, $3, $4, $5)`, exec,
+		s.key, owner, token, interval(ttl), pgtype.Interval{Microseconds: minTerm.Microseconds(), Valid: minTerm >= 0}).
+		Scan(&e, &resign, &bound)
+	if err != nil {
+		return time.Time{}, false, sqlError("renew", err)
+	}
+	if !e.Valid {
+		s.bound = false
+		return time.Time{}, false, ErrLost
+	}
+	s.bound = bound
+	return e.Time, resign, nil
+}
+
+// end runs the release or hand-off of a term won on this session, then
+// lets go of the key's session lock, which wakes a candidate waiting on
+// it. Without a connection (its session ended), it runs on fallback: a
+// term can be released from any session.
+func (s *boundSession) end(ctx context.Context, fallback Backend, op func(Backend) error) error {
+	if err := s.use(ctx); err != nil {
+		return op(fallback)
+	}
+	err := op(s.be)
+	if err == nil || s.conn.IsClosed() {
+		s.bound = false
+	}
+	if !s.conn.IsClosed() {
+		if _, uerr := s.conn.Exec(ctx, `SELECT pgleader.unbind($1)`, exec, s.key); uerr != nil && err == nil {
+			err = fmt.Errorf("pgleader: unbind: %w", uerr)
+		}
+	}
+	s.done(err)
+	return err
+}
+
+// waitHolder waits up to d on the connection for the holder's session lock
+// and reports whether it took it: the bound holder released the lease or
+// its session ended. A wait cut short by ctx costs the connection (pgx
+// closes it), so callers let the wait run out when they can.
+func (s *boundSession) waitHolder(ctx context.Context, d time.Duration) (took bool, err error) {
+	if err := s.use(ctx); err != nil {
+		return false, err
+	}
+	defer func() { s.done(err) }()
+	err = s.conn.QueryRow(ctx, `SELECT pgleader.wait_session($1, $2)`, exec, s.key, interval(d)).Scan(&took)
+	if err != nil {
+		return false, sqlError("wait for the holder's session", err)
+	}
+	return took, nil
+}
+
+// close ends the session (and with it any lock or bound term on it).
+func (s *boundSession) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopRead()
+	s.dropLocked()
+}

@@ -1,0 +1,228 @@
+package pgleader_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/pgleader"
+)
+
+// boundSpec is long enough that a take-over before the lease's expiry
+// cannot be the expiry's, even on a loaded machine.
+var boundSpec = pgleader.Spec{Key: "bound", TTL: 30 * time.Second, RenewEvery: 2 * time.Second,
+	CampaignEvery: 500 * time.Millisecond, Margin: time.Second, YieldGrace: time.Second, ReleaseTimeout: time.Second}
+
+// boundTerms records each term's token, start and end on the local clock.
+type boundTerms struct {
+	mu    sync.Mutex
+	terms []boundTerm
+}
+
+type boundTerm struct {
+	owner        string
+	token        int64
+	started, end time.Time
+	term         *pgleader.Term
+}
+
+func (b *boundTerms) body(owner string) func(context.Context, *pgleader.Term) error {
+	return func(ctx context.Context, t *pgleader.Term) error {
+		b.mu.Lock()
+		i := len(b.terms)
+		b.terms = append(b.terms, boundTerm{owner: owner, token: t.Token(), started: time.Now(), term: t})
+		b.mu.Unlock()
+		select {
+		case <-t.Ending():
+		case <-ctx.Done():
+		}
+		b.mu.Lock()
+		b.terms[i].end = time.Now()
+		b.mu.Unlock()
+		return nil
+	}
+}
+
+func (b *boundTerms) all() []boundTerm {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]boundTerm(nil), b.terms...)
+}
+
+func (b *boundTerms) waitFor(t *testing.T, n int, within time.Duration) []boundTerm {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if all := b.all(); len(all) >= n {
+			return all
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%d terms after %v, want %d: %+v", len(b.all()), within, n, b.all())
+	return nil
+}
+
+func boundPID(t *testing.T, pool *pgxpool.Pool, key string, token int64) int32 {
+	t.Helper()
+	var pid int32
+	if err := pool.QueryRow(context.Background(),
+		`SELECT pid FROM pgleader.lease_binding WHERE key = $1 AND token = $2`, key, token).Scan(&pid); err != nil {
+		t.Fatalf("the binding of token %d: %v", token, err)
+	}
+	return pid
+}
+
+// TestSessionBoundTerminated ends the leader's session with
+// pg_terminate_backend while its process lives (docs/model.md's one
+// exception to P1): the waiting candidate leads long before the lease's
+// expiry, with the next token, and the old holder learns of the end
+// through its pending read and ends its term as lost; the overlap of
+// belief (the successor's start to the old term's end) is printed.
+func TestSessionBoundTerminated(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var rec boundTerms
+	spec := boundSpec
+	a := start(t, pgleader.NewPostgres(db.NewPool(t)), spec,
+		pgleader.Options{Owner: "a", SessionBound: true, Lead: rec.body("a")})
+	first := rec.waitFor(t, 1, 10*time.Second)[0]
+	b := start(t, pgleader.NewPostgres(db.NewPool(t)), spec,
+		pgleader.Options{Owner: "b", SessionBound: true, Lead: rec.body("b")})
+	defer b.stop(t)
+	defer a.stop(t)
+	// b is waiting on a's session once it has campaigned once.
+	waitCandidate(t, db.Pool, spec.Key, "b")
+	pid := boundPID(t, db.Pool, spec.Key, first.token)
+
+	killed := time.Now()
+	if _, err := db.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	terms := rec.waitFor(t, 2, spec.TTL/2)
+	second := terms[1]
+	if second.owner != "b" || second.token <= first.token {
+		t.Fatalf("after the termination: %+v, want b with a token above %d", second, first.token)
+	}
+	var ended time.Time
+	deadline := time.Now().Add(5 * time.Second)
+	for ended.IsZero() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		ended = rec.all()[0].end
+	}
+	if ended.IsZero() {
+		t.Fatal("a's term did not end after its session was terminated")
+	}
+	if r := first.term.Reason(); r != pgleader.ReasonLost {
+		t.Errorf("a's term ended %v, want lost", r)
+	}
+	t.Logf("terminated at 0; b leads at %v; a's body told at %v (overlap of belief %v)",
+		second.started.Sub(killed), ended.Sub(killed), max(ended.Sub(second.started), 0))
+	if second.started.Sub(killed) >= spec.TTL-spec.Margin {
+		t.Errorf("b led %v after the termination: that is the expiry, not the session's end", second.started.Sub(killed))
+	}
+}
+
+// waitCandidate waits until owner is a registered candidate of key.
+func waitCandidate(t *testing.T, pool *pgxpool.Pool, key, owner string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pgleader.candidate WHERE key = $1 AND owner = $2`, key, owner).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			time.Sleep(100 * time.Millisecond) // its wait has started
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s never registered as a candidate of %s", owner, key)
+}
+
+// TestSessionBoundStopAndRestart: a stopped leader hands off to the bound
+// candidate, whose term is bound (by its first renewal, since a hand-off
+// is confirmed there); a leader that stops without candidates releases and
+// lets go of its session lock, and a new elector binds its own term.
+func TestSessionBoundStopAndRestart(t *testing.T) {
+	db := pgtest.New(t)
+	var rec boundTerms
+	spec := boundSpec
+	spec.RenewEvery = 300 * time.Millisecond
+	pa := pgleader.NewPostgres(db.NewPool(t))
+	a := start(t, pa, spec, pgleader.Options{Owner: "a", SessionBound: true, Lead: rec.body("a")})
+	first := rec.waitFor(t, 1, 10*time.Second)[0]
+	b := start(t, pgleader.NewPostgres(db.NewPool(t)), spec, pgleader.Options{Owner: "b", SessionBound: true, Lead: rec.body("b")})
+	defer b.stop(t)
+	waitCandidate(t, db.Pool, spec.Key, "b")
+	stopped := time.Now()
+	a.stop(t)
+	second := rec.waitFor(t, 2, spec.TTL/2)[1]
+	t.Logf("a stopped; b leads %v later", second.started.Sub(stopped))
+	if second.owner != "b" || second.token <= first.token {
+		t.Fatalf("after a's stop: %+v", second)
+	}
+	// The hand-off's term binds at its first renewal.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pgleader.lease_binding WHERE key = $1 AND token = $2 AND holder = 'b'`, spec.Key, second.token).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b's term %d was never bound", second.token)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSessionBoundRefused: Run refuses the option where a session cannot
+// hold a bound term, before campaigning: a server that ends idle sessions
+// sooner than the TTL, a pooler between the replica and PostgreSQL, and a
+// backend that has no connections of its own.
+func TestSessionBoundRefused(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	short := db.NewPoolConfig(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["idle_session_timeout"] = "5s" })
+	el, err := pgleader.New(pgleader.NewPostgres(short), boundSpec, pgleader.Options{Owner: "a", SessionBound: true, Lead: idle, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	err = el.Run(rctx)
+	if !errors.Is(err, pgleader.ErrInvalid) || !pgleader.Permanent(err) || !strings.Contains(err.Error(), "idle_session_timeout") {
+		t.Errorf("Run with idle_session_timeout 5s below a TTL of 30s: %v, want a permanent ErrInvalid naming the setting", err)
+	}
+
+	conn := db.Conn(t)
+	if _, err := pgleader.New(pgleader.NewPostgres(conn), boundSpec, pgleader.Options{SessionBound: true, Lead: idle}); !errors.Is(err, pgleader.ErrInvalid) {
+		t.Errorf("New over a single connection with SessionBound: %v, want ErrInvalid", err)
+	}
+
+	url := db.Pgbouncer(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	el, err = pgleader.New(pgleader.NewPostgres(pool, pgleader.PollOnly()), boundSpec, pgleader.Options{Owner: "a", SessionBound: true, Lead: idle, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = el.Run(rctx)
+	if !errors.Is(err, pgleader.ErrInvalid) || !strings.Contains(err.Error(), "pooler") {
+		t.Errorf("Run through pgbouncer with SessionBound: %v, want a permanent ErrInvalid naming the pooler", err)
+	}
+}
