@@ -672,3 +672,67 @@ func TestJobMatchesMigration(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionMatchesMigration keeps the -DSESSION model (docs/model.md,
+// "Session-bound leases") tied to what was built from it: campaign counts
+// a bound row free only when its backend is gone, on the server run that
+// bound it and outside the grace (the model's SESS_FREE, with SE_RESTART
+// never free); only the bound session renews a bound term; the holder
+// keeps a read pending and ends its term as lost when it returns the end;
+// a bound term is released, handed off or forgotten by letting go of its
+// session lock, which the candidate waits on (the model's WAKE).
+func TestSessionMatchesMigration(t *testing.T) {
+	for _, c := range []struct{ fn, want string }{
+		{"pgleader.campaign_bound(", "IF r.holder IS NOT NULL AND r.expires_at > t AND t >= g.grace_until AND pgleader._own(r.role, false) THEN"},
+		{"pgleader.campaign_bound(", "IF pid IS NOT NULL AND NOT pgleader._binding_held(p_key, pid) THEN\n            UPDATE pgleader.lease AS l SET expires_at = t WHERE l.key = p_key;"},
+		{"pgleader.campaign_bound(", "FROM pgleader.campaign(p_key, p_owner, p_ttl, p_floor, p_value, p_priority, p_candidate)"},
+		{"pgleader._bound_to(", "AND b.server_start = pg_postmaster_start_time()"},
+		{"pgleader._bound_to(", "WHERE b.key = p_key AND b.token = p_token AND b.holder = p_holder AND b.acquired_at = p_acquired_at"},
+		{"pgleader.renew_bound(", "IF FOUND AND (b.pid <> pg_backend_pid() OR b.server_start <> pg_postmaster_start_time()) THEN"},
+		{"pgleader._bind(", "IF pgleader.bind_refusal(p_ttl) IS NOT NULL THEN\n        RETURN false;"},
+	} {
+		body, file := lastDefinition(t, c.fn)
+		if !strings.Contains(body, c.want) {
+			t.Errorf("%s (%s) no longer has %q: update lease.pml's session-bound leases and this test", c.fn, file, c.want)
+		}
+	}
+	for file, wants := range map[string][]string{
+		"lease.pml": {
+			"#define SESS_OVER (bend == SE_GONE || bend == SE_KILLED)",
+			"#define SESS_FREE SESS_OVER",
+			"#define FREE    (holder == 0 || expires <= now || SESS_FREE)",
+		},
+		"check.sh": {
+			`"session|pass|-DSESSION"`,
+			`"session-restart|pass|-DSESSION -DSRV_RESTART -DFAULT_BUDGET=1"`,
+			`"mutant-session-takeover-without-end|fail|-DSESSION -DMUTANT_SESSION_TAKEOVER_NO_END"`,
+			`"mutant-session-holder-ignores-end|fail|-DSESSION -DMUTANT_SESSION_IGNORES_END"`,
+			`"mutant-session-no-pending-read|fail|-DSESSION -DMUTANT_SESSION_NO_READ"`,
+		},
+		"../pgleader/bound.go": {
+			"err := conn.PgConn().WaitForNotification(ctx)",
+			"closeOnce(ended)",
+			"`SELECT pgleader.unbind($1)`",
+			"FROM pgleader.campaign_bound($1, $2, $3, $4, $5, $6, $7)`",
+			"FROM pgleader.renew_bound($1, $2, $3, $4, $5)`",
+		},
+		"../pgleader/elector.go": {
+			"case <-sessionEnded:",
+			"act = m.Lost(time.Now(), false)",
+		},
+		"../pgleader/candidacy.go": {
+			"case <-freed:",
+			"took, err := e.bs.waitHolder(wctx, d)",
+		},
+	} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range wants {
+			if !strings.Contains(string(src), want) {
+				t.Errorf("%s lacks %q: update lease.pml's session-bound leases and this test", file, want)
+			}
+		}
+	}
+}
