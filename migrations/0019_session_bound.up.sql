@@ -73,10 +73,12 @@ $$;
 -- early take-over would then come before the expiry while the holder
 -- lives). TCP keepalives (idle + interval x count), tcp_user_timeout and
 -- idle_session_timeout must each be off or at least p_ttl. Over a Unix
--- socket keepalives do not apply.
+-- socket keepalives do not apply. SECURITY DEFINER for _setting only: the
+-- settings it reads are the calling session's.
 CREATE FUNCTION pgleader.bind_refusal(p_ttl interval)
 RETURNS text
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
     ttl_ms double precision := extract(epoch FROM p_ttl) * 1000;

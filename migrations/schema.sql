@@ -910,7 +910,7 @@ $function$;
 CREATE OR REPLACE FUNCTION pgleader.bind_refusal(p_ttl interval)
  RETURNS text
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
 AS $function$
 DECLARE

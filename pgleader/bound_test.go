@@ -226,3 +226,78 @@ func TestSessionBoundRefused(t *testing.T) {
 		t.Errorf("Run through pgbouncer with SessionBound: %v, want a permanent ErrInvalid naming the pooler", err)
 	}
 }
+
+// TestSessionBoundAppRole: the option works for an application role given
+// the application's functions by grant_usage (version 19's functions are
+// among them), and another role can neither campaign for the key nor lapse
+// its term, even once the holder's session has ended.
+func TestSessionBoundAppRole(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, appURL := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	_, otherURL := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	var rec boundTerms
+	spec := boundSpec
+	a := start(t, pgleader.NewPostgres(rolePool(t, appURL)), spec, pgleader.Options{Owner: "a", SessionBound: true, Lead: rec.body("a")})
+	defer a.stop(t)
+	first := rec.waitFor(t, 1, 10*time.Second)[0]
+	pid := boundPID(t, db.Pool, spec.Key, first.token)
+
+	other, err := pgleader.New(pgleader.NewPostgres(rolePool(t, otherURL)), spec,
+		pgleader.Options{Owner: "o", SessionBound: true, Lead: idle, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := other.Run(rctx); !errors.Is(err, pgleader.ErrForbidden) {
+		t.Errorf("another role's session-bound Run on the key: %v, want ErrForbidden", err)
+	}
+	var holder string
+	var token int64
+	if err := db.Pool.QueryRow(ctx, `SELECT coalesce(holder, ''), token FROM pgleader.lease WHERE key = $1`, spec.Key).Scan(&holder, &token); err != nil {
+		t.Fatal(err)
+	}
+	if holder == "o" || token > first.token+1 {
+		t.Errorf("after the other role's campaign the lease is %q at token %d", holder, token)
+	}
+
+	b := start(t, pgleader.NewPostgres(rolePool(t, appURL)), spec, pgleader.Options{Owner: "b", SessionBound: true, Lead: rec.body("b")})
+	defer b.stop(t)
+	terms := rec.waitFor(t, 2, spec.TTL/2)
+	if terms[1].token <= first.token {
+		t.Errorf("after a's session ended: %+v", terms[1])
+	}
+}
+
+// TestSessionBoundRunOnce: RunOnce binds its term too, and lets go of the
+// session (and its lock) when it returns.
+func TestSessionBoundRunOnce(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var bound int
+	el, err := pgleader.New(pgleader.NewPostgres(db.NewPool(t)), boundSpec, pgleader.Options{Owner: "once", SessionBound: true, Logger: quiet,
+		Lead: func(ctx context.Context, tm *pgleader.Term) error {
+			return db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader.lease_binding WHERE key = $1 AND token = $2 AND holder = 'once'`,
+				boundSpec.Key, tm.Token()).Scan(&bound)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := el.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if bound != 1 {
+		t.Errorf("RunOnce's term was not bound: %d bindings", bound)
+	}
+	var locks int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885826149`).Scan(&locks); err != nil {
+		t.Fatal(err)
+	}
+	if locks != 0 {
+		t.Errorf("%d session locks left after RunOnce returned", locks)
+	}
+}
