@@ -31,7 +31,7 @@
  * body is the job's function, which job_finish records when it returns.
  * -DATLEASTONCE lets a later term take over a run left running.
  *
- * With -DSESSION (issue 30: designed, not built) every term is bound to
+ * With -DSESSION (issue 30; built as Options.SessionBound) every term is bound to
  * its holder's lease-connection session. The session can end with its
  * process (a crash: the replica never acts again), while its process lives
  * (an administrator's pg_terminate_backend, a proxy's reset: a fault), or

@@ -42,6 +42,7 @@ var leaseOnly = []struct{ flag, why string }{
 	{"value", "a job's terms publish no value"},
 	{"priority", "a job's replicas do not wait as candidates"},
 	{"health-addr", "a job's replica leads only while a run lasts"},
+	{"session-bound", "a job's terms last a run; a run left by a dead replica is handled by the job's policy (--at-least-once)"},
 }
 
 // scheduled reports whether the command line asks for a scheduled job.

@@ -95,9 +95,6 @@ func cmdRun(args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	if *sessionBound && jf.scheduled(fs) {
-		return usagef("run", "--session-bound binds a continuous leader's term; it does not apply to scheduled runs (--every, --cron)")
-	}
 	if err := spec.Validate(); err != nil {
 		return usagef("run", "%s", specFlags.Replace(err.Error()))
 	}
