@@ -398,7 +398,7 @@ func (e *Elector) lead(ctx context.Context, token int64, sent time.Time, bound t
 		if at := m.RenewAt(); !at.IsZero() && !at.After(time.Now()) {
 			if deadline, ok := m.StartRenewal(time.Now()); ok {
 				renewing = make(chan renewResult, 1)
-				go e.renew(renewCtx, token, deadline, renewing)
+				go e.renew(renewCtx, e.bs, token, deadline, renewing)
 			}
 		}
 		wake(timer, m.Next(), m.RenewAt())
@@ -536,8 +536,10 @@ func runBody(ctx context.Context, t *Term, claim func(context.Context, *Term) (b
 }
 
 // renew sends one renewal, bounded by the term's safe end and by ctx,
-// which lead cancels once the body has returned.
-func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out chan<- renewResult) {
+// which lead cancels once the body has returned. A session-bound term (bs
+// not nil) is renewed on its session; bs is passed in since the goroutine
+// may outlive Run, which clears e.bs.
+func (e *Elector) renew(ctx context.Context, bs *boundSession, token int64, safeEnd time.Time, out chan<- renewResult) {
 	rctx, cancel := context.WithDeadline(ctx, safeEnd)
 	defer cancel()
 	sent := time.Now()
@@ -547,8 +549,8 @@ func (e *Elector) renew(ctx context.Context, token int64, safeEnd time.Time, out
 	}
 	var resign bool
 	var err error
-	if e.bs != nil {
-		_, resign, err = e.bs.renewTerm(rctx, e.opts.Owner, token, e.spec.TTL, minTerm)
+	if bs != nil {
+		_, resign, err = bs.renewTerm(rctx, e.opts.Owner, token, e.spec.TTL, minTerm)
 	} else {
 		_, resign, err = e.backend.RenewTerm(rctx, e.spec.Key, e.opts.Owner, token, e.spec.TTL, minTerm)
 	}
