@@ -267,7 +267,13 @@ func (s *boundSession) renewTerm(ctx context.Context, owner string, token int64,
 // it. Without a connection (its session ended), it runs on fallback: a
 // term can be released from any session.
 func (s *boundSession) end(ctx context.Context, fallback Backend, op func(Backend) error) error {
-	if err := s.use(ctx); err != nil {
+	s.mu.Lock()
+	s.stopRead()
+	if s.conn == nil || s.conn.IsClosed() {
+		// The session ended, and its lock with it: nothing to let go of,
+		// and no reason to open a connection for the release.
+		s.dropLocked()
+		s.mu.Unlock()
 		return op(fallback)
 	}
 	err := op(s.be)

@@ -682,7 +682,7 @@ func testBoundEveryRefused(t *testing.T, bin string) {
 	for _, sched := range [][]string{{"--every", "1s"}, {"--cron", "@hourly"}} {
 		args := append([]string{"run", "--key", "k", "--session-bound"}, sched...)
 		code, _, stderr := runCLI(t, bin, nil, append(args, "--", "true")...)
-		if want := "--session-bound binds a continuous leader's term; it does not apply to scheduled runs"; code != 2 || !strings.Contains(stderr, want) {
+		if want := "--session-bound does not go with --every or --cron"; code != 2 || !strings.Contains(stderr, want) {
 			t.Errorf("pgleader %q: status %d, stderr:\n%s\nwant 2 and %q", args, code, stderr, want)
 		}
 	}
