@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -25,6 +26,8 @@ import (
 var (
 	apiHandovers = flag.Int("api-handovers", 30, "hand-offs between two replica processes using the public API, interleaved with as many in one process")
 	apiChild     = flag.Bool("api-child", false, "run as one replica process of the api measurement (arguments: URL KEY OWNER); the bench starts these itself")
+	childBound   = flag.Bool("api-child-bound", false, "with -api-child: set Options.SessionBound (the bound measurement's replicas)")
+	childLog     = flag.Bool("api-child-log", false, "with -api-child: log the Elector's and backend's records, debug level, to stderr")
 )
 
 // The api measurement's replica processes take commands on stdin, one a
@@ -42,7 +45,41 @@ const (
 	evWrote     = "wrote"     // the body's first fenced write committed
 	evStop      = "stop"      // just before Run's context is cancelled
 	evStopped   = "stopped"   // Run returned
+	evLapsed    = "lapsed"    // a campaign lapsed a term whose bound session had ended (logged once it answered)
 )
+
+// lapsedMsg is what the Elector logs when its campaign lapsed a
+// session-bound term whose session had ended.
+const lapsedMsg = "the term holding the lease was bound to a session that has ended; took it over before its expiry"
+
+// childLogger passes records on to next and reports evLapsed when the
+// Elector logs lapsedMsg.
+type childLogger struct {
+	next   slog.Handler
+	report func(string)
+}
+
+func (h childLogger) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
+}
+
+func (h childLogger) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == lapsedMsg {
+		h.report(evLapsed)
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h childLogger) WithAttrs(as []slog.Attr) slog.Handler {
+	return childLogger{h.next.WithAttrs(as), h.report}
+}
+
+func (h childLogger) WithGroup(name string) slog.Handler {
+	return childLogger{h.next.WithGroup(name), h.report}
+}
 
 // runAPIChild is one replica of the api measurement, as an application
 // writes it: its own pool with the default configuration, NewPostgres,
@@ -69,10 +106,22 @@ func runAPIChild(args []string) error {
 	if err := pool.Ping(ctx); err != nil {
 		return err
 	}
-	backend := pgleader.NewPostgres(pool, pgleader.WithLogger(quiet))
+	var next slog.Handler = slog.NewTextHandler(io.Discard, nil)
+	if *childLog {
+		next = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug,
+			ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey && len(groups) == 0 {
+					return slog.String(a.Key, a.Value.Time().Format("15:04:05.000000"))
+				}
+				return a
+			}})
+	}
+	logger := slog.New(childLogger{next, report})
+	backend := pgleader.NewPostgres(pool, pgleader.WithLogger(logger))
 	el, err := pgleader.New(backend, recipe(key), pgleader.Options{
-		Owner:  owner,
-		Logger: quiet,
+		Owner:        owner,
+		Logger:       logger,
+		SessionBound: *childBound,
 		Claim: func(ctx context.Context, t *pgleader.Term) (bool, error) {
 			report(evClaim)
 			err := digests.Claim(ctx, pool, key, t.Token())
@@ -162,14 +211,17 @@ type process struct {
 	exited chan error
 }
 
-func startProcess(url, key, owner string) (*process, error) {
+// startProcess starts a replica process; flags are more of the child's
+// flags (-api-child-bound, -api-child-log).
+func startProcess(url, key, owner string, flags ...string) (*process, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	p := &process{owner: owner, cmd: exec.Command(self, "-api-child", url, key, owner), exited: make(chan error, 1),
+	args := append(append([]string{"-api-child"}, flags...), url, key, owner)
+	p := &process{owner: owner, cmd: exec.Command(self, args...), exited: make(chan error, 1),
 		events: map[string]chan int64{}}
-	for _, ev := range []string{evReady, evListening, evClaim, evLead, evWrote, evStop, evStopped} {
+	for _, ev := range []string{evReady, evListening, evClaim, evLead, evWrote, evStop, evStopped, evLapsed} {
 		p.events[ev] = make(chan int64, 4)
 	}
 	p.cmd.Stderr = os.Stderr

@@ -377,9 +377,9 @@ type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
 
-// trace makes the server log every statement
+// trace makes the server log every statement (and the settings in more)
 // of the database at url, from its next session on.
-func trace(ctx context.Context, server, url string) error {
+func trace(ctx context.Context, server, url string, more ...string) error {
 	conn, err := pgx.Connect(ctx, server)
 	if err != nil {
 		return err
@@ -390,7 +390,7 @@ func trace(ctx context.Context, server, url string) error {
 		return err
 	}
 	db := pgx.Identifier{cfg.Database}.Sanitize()
-	for _, set := range []string{"log_min_duration_statement = 0"} {
+	for _, set := range append([]string{"log_min_duration_statement = 0"}, more...) {
 		if _, err := conn.Exec(ctx, "ALTER DATABASE "+db+" SET "+set); err != nil {
 			return err
 		}

@@ -8,9 +8,10 @@
 // speed-ups switched off (mechanisms), between two processes that use only
 // the public API (api), and as a deploy does it, SIGTERMing the leading
 // examples/publisher process, built from this checkout or older ones
-// (deploy: -deploy-src).
+// (deploy: -deploy-src). One SIGKILLs the leading replica process, with
+// session-bound leases (Options.SessionBound) and without (bound).
 //
-//	go run ./cmd/pgleader-bench [-handovers 50] [-failovers 10] [-load 30s] [-only sets]
+//	go run ./cmd/pgleader-bench [-handovers 50] [-failovers 10] [-bound-failovers 20] [-load 30s] [-only sets]
 //
 // The server is DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres.
 package main
@@ -43,7 +44,7 @@ var (
 	loadFor       = flag.Duration("load", 30*time.Second, "how long to count statements of an idle candidate and a leader")
 	fenceFor      = flag.Duration("fence", 500*time.Millisecond, "duration of each fenced-write measurement round")
 	rounds        = flag.Int("rounds", 5, "interleaved rounds of fenced-write measurements")
-	only          = flag.String("only", "", "comma-separated subset: handover,mechanisms,api,deploy,failover,load,fence,sets")
+	only          = flag.String("only", "", "comma-separated subset: handover,mechanisms,api,deploy,failover,bound,load,fence,sets")
 	setBig        = flag.Int("set-keys", 10000, "keys held by one process in the sets measurement")
 	setShared     = flag.Int("set-shared", 1000, "keys shared by three replicas in the sets measurement")
 	setScale      = intList("set-scale", "10000,100000", "key counts shared by three replicas in the sets scale measurement (issue 27)")
@@ -148,6 +149,11 @@ func run(ctx context.Context) error {
 	if want("failover") {
 		if err := b.failoverTable(ctx); err != nil {
 			return fmt.Errorf("failover: %w", err)
+		}
+	}
+	if want("bound") {
+		if err := b.boundTable(ctx); err != nil {
+			return fmt.Errorf("bound: %w", err)
 		}
 	}
 	if want("load") {
