@@ -12,7 +12,6 @@ DROP FUNCTION pgleader._bind(text, bigint, interval);
 DROP FUNCTION pgleader.bind_refusal(interval);
 DROP FUNCTION pgleader._binding_held(text, integer);
 DROP FUNCTION pgleader._binding_lock(text);
-DROP FUNCTION pgleader._setting(text);
 DROP TABLE pgleader.lease_binding;
 
 CREATE OR REPLACE FUNCTION pgleader._app_functions()

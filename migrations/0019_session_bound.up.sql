@@ -58,39 +58,38 @@ SET search_path = pg_catalog, pgleader, pg_temp AS $$
            AND k.classid = b.classid::oid AND k.objid = b.objid::oid AND k.objsubid = 2)
 $$;
 
--- _setting is a setting's value in its base unit (seconds, milliseconds),
--- 0 if this server has no such setting.
-CREATE FUNCTION pgleader._setting(p_name text)
-RETURNS integer
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pgleader, pg_temp AS $$
-    SELECT coalesce((SELECT nullif(s.setting, '')::integer FROM pg_catalog.pg_settings AS s WHERE s.name = p_name), 0)
-$$;
-
 -- bind_refusal says why this session cannot hold a bound term of TTL
 -- p_ttl, or NULL if it can: the server must not end it for not hearing from
 -- its client sooner than a TTL after the last statement it heard (the
 -- early take-over would then come before the expiry while the holder
 -- lives). TCP keepalives (idle + interval x count), tcp_user_timeout and
 -- idle_session_timeout must each be off or at least p_ttl. Over a Unix
--- socket keepalives do not apply. SECURITY DEFINER for _setting only: the
--- settings it reads are the calling session's.
+-- socket keepalives do not apply. It reads the calling session's settings.
 CREATE FUNCTION pgleader.bind_refusal(p_ttl interval)
 RETURNS text
 LANGUAGE plpgsql STABLE
-SECURITY DEFINER
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
 DECLARE
     ttl_ms double precision := extract(epoch FROM p_ttl) * 1000;
-    ka_idle integer := pgleader._setting('tcp_keepalives_idle');
-    ka_interval integer := pgleader._setting('tcp_keepalives_interval');
-    ka_count integer := pgleader._setting('tcp_keepalives_count');
-    user_timeout integer := pgleader._setting('tcp_user_timeout');
-    idle_timeout integer := pgleader._setting('idle_session_timeout');
+    ka_idle integer;
+    ka_interval integer;
+    ka_count integer;
+    user_timeout integer;
+    idle_timeout integer;
 BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgleader: ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
     END IF;
+    -- One read of the settings (each setting read on its own cost a scan).
+    SELECT coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'tcp_keepalives_idle'), 0),
+           coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'tcp_keepalives_interval'), 0),
+           coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'tcp_keepalives_count'), 0),
+           coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'tcp_user_timeout'), 0),
+           coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'idle_session_timeout'), 0)
+      INTO ka_idle, ka_interval, ka_count, user_timeout, idle_timeout
+      FROM pg_catalog.pg_settings AS s
+     WHERE s.name IN ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count',
+                      'tcp_user_timeout', 'idle_session_timeout');
     IF inet_client_addr() IS NOT NULL AND ka_idle > 0
        AND (ka_idle + ka_interval * greatest(ka_count, 1)) * 1000.0 < ttl_ms THEN
         RETURN format('the server ends this session after %s s without an answer to its TCP keepalives '
@@ -296,7 +295,6 @@ REVOKE ALL ON FUNCTION pgleader.renew_bound(text, text, bigint, interval, interv
 REVOKE ALL ON FUNCTION pgleader.wait_session(text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader.unbind(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader._binding_lock(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pgleader._setting(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader._binding_held(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader._bind(text, bigint, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader._bound_to(text, bigint, text, timestamptz) FROM PUBLIC;

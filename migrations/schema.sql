@@ -740,16 +740,6 @@ BEGIN
 END
 $function$;
 
--- function pgleader._setting(text); grants: none
-CREATE OR REPLACE FUNCTION pgleader._setting(p_name text)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
-AS $function$
-    SELECT coalesce((SELECT nullif(s.setting, '')::integer FROM pg_catalog.pg_settings AS s WHERE s.name = p_name), 0)
-$function$;
-
 -- function pgleader._settings_lock(); grants: none
 CREATE OR REPLACE FUNCTION pgleader._settings_lock(OUT classid integer, OUT objid integer)
  RETURNS record
@@ -910,20 +900,30 @@ $function$;
 CREATE OR REPLACE FUNCTION pgleader.bind_refusal(p_ttl interval)
  RETURNS text
  LANGUAGE plpgsql
- STABLE SECURITY DEFINER
+ STABLE
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
 AS $function$
 DECLARE
     ttl_ms double precision := extract(epoch FROM p_ttl) * 1000;
-    ka_idle integer := pgleader._setting('tcp_keepalives_idle');
-    ka_interval integer := pgleader._setting('tcp_keepalives_interval');
-    ka_count integer := pgleader._setting('tcp_keepalives_count');
-    user_timeout integer := pgleader._setting('tcp_user_timeout');
-    idle_timeout integer := pgleader._setting('idle_session_timeout');
+    ka_idle integer;
+    ka_interval integer;
+    ka_count integer;
+    user_timeout integer;
+    idle_timeout integer;
 BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgleader: ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
     END IF;
+    -- One read of the settings (each setting read on its own cost a scan).
+    SELECT coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'tcp_keepalives_idle'), 0),
+           coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'tcp_keepalives_interval'), 0),
+           coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'tcp_keepalives_count'), 0),
+           coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'tcp_user_timeout'), 0),
+           coalesce(max(nullif(s.setting, '')::integer) FILTER (WHERE s.name = 'idle_session_timeout'), 0)
+      INTO ka_idle, ka_interval, ka_count, user_timeout, idle_timeout
+      FROM pg_catalog.pg_settings AS s
+     WHERE s.name IN ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count',
+                      'tcp_user_timeout', 'idle_session_timeout');
     IF inet_client_addr() IS NOT NULL AND ka_idle > 0
        AND (ka_idle + ka_interval * greatest(ka_count, 1)) * 1000.0 < ttl_ms THEN
         RETURN format('the server ends this session after %s s without an answer to its TCP keepalives '
