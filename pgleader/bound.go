@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"time"
 
@@ -65,13 +64,7 @@ var errPooled = errors.New("a pooler (such as pgbouncer) is between this replica
 // for not hearing from the client within TTL (pgleader.bind_refusal).
 // mu is held.
 func (s *boundSession) open(ctx context.Context) error {
-	cfg := s.cfg.Copy()
-	cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams)
-	if cfg.RuntimeParams == nil {
-		cfg.RuntimeParams = map[string]string{}
-	}
-	cfg.RuntimeParams["application_name"] = boundApplicationName
-	c, err := pgx.ConnectConfig(ctx, cfg)
+	c, err := connectNamed(ctx, s.cfg, boundApplicationName)
 	if err != nil {
 		return err
 	}

@@ -133,12 +133,17 @@ func (lc *leaseConn) do(ctx context.Context, fn func(DB, *pgconn.PgConn) error) 
 
 // connect opens a connection with the lease connection's settings.
 func (lc *leaseConn) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg := lc.cfg.Copy()
+	return connectNamed(ctx, lc.cfg, leaseApplicationName)
+}
+
+// connectNamed opens a connection with cfg, named name in pg_stat_activity.
+func connectNamed(ctx context.Context, cfg *pgx.ConnConfig, name string) (*pgx.Conn, error) {
+	cfg = cfg.Copy()
 	cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams)
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
-	cfg.RuntimeParams["application_name"] = leaseApplicationName
+	cfg.RuntimeParams["application_name"] = name
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
