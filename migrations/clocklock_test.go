@@ -40,10 +40,11 @@ func lockedPastExpiry(t *testing.T, db *pgtest.DB, lockSQL string, lockArgs []an
 	if tag, err := tx.Exec(ctx, lockSQL, lockArgs...); err != nil || tag.RowsAffected() == 0 {
 		t.Fatalf("%s: %v, %d rows; want the row locked", lockSQL, err, tag.RowsAffected())
 	}
-	var left time.Duration
-	if err := tx.QueryRow(ctx, `SELECT extract(epoch FROM $1::timestamptz - clock_timestamp())::float8 * 1e9`, expiresAt).Scan(&left); err != nil {
+	var us int64
+	if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM $1::timestamptz - clock_timestamp()) * 1e6)::bigint`, expiresAt).Scan(&us); err != nil {
 		t.Fatal(err)
 	}
+	left := time.Duration(us) * time.Microsecond
 	if left <= 0 {
 		t.Fatalf("the lease had expired (%v ago) before the call was made; the test needs a live lease", -left)
 	}
@@ -114,6 +115,10 @@ func wantUnchanged(t *testing.T, db *pgtest.DB, key string, e time.Time, handed 
 	}
 }
 
+// shortTTL is the TTL of the terms that lapse during a wait: long enough
+// for the test to lock the row and start the call on a loaded machine.
+const shortTTL = "2 seconds"
+
 const lockUpdate = `SELECT 1 FROM pgleader.lease WHERE key = $1 FOR UPDATE`
 const lockShare = `SELECT 1 FROM pgleader.lease WHERE key = $1 FOR SHARE`
 
@@ -132,7 +137,7 @@ func TestClockAfterLockRenewTerm(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
-			tok, e := shortTerm(t, db, "k", "a", "400 milliseconds")
+			tok, e := shortTerm(t, db, "k", "a", shortTTL)
 			var got *time.Time
 			var err error
 			lockedPastExpiry(t, db, tc.lock, []any{"k"}, e, func(c *pgx.Conn) {
@@ -163,7 +168,7 @@ func TestClockAfterLockSetRenewal(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
 			t1, _ := shortTerm(t, db, "k1", "a", "1 minute")
-			t2, e2 := shortTerm(t, db, "k2", "a", "400 milliseconds")
+			t2, e2 := shortTerm(t, db, "k2", "a", shortTTL)
 			t3, _ := shortTerm(t, db, "k3", "a", "1 minute")
 			var renewed []string
 			var err error
@@ -188,7 +193,7 @@ func TestClockAfterLockSetRenewal(t *testing.T) {
 func TestClockAfterLockSetConfirm(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	tok, e := handedTerm(t, db, "k", "400 milliseconds")
+	tok, e := handedTerm(t, db, "k", shortTTL)
 	var keys []string
 	var err error
 	lockedPastExpiry(t, db, lockUpdate, []any{"k"}, e, func(c *pgx.Conn) {
@@ -217,7 +222,7 @@ func TestClockAfterLockTake(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
-			tok, e := handedTerm(t, db, "k", "400 milliseconds")
+			tok, e := handedTerm(t, db, "k", shortTTL)
 			var acquired bool
 			var got int64
 			var err error
@@ -255,7 +260,7 @@ func TestClockAfterLockJobClaim(t *testing.T) {
 	t.Run("again", func(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
-		tok, e := shortTerm(t, db, "j", "a", "400 milliseconds")
+		tok, e := shortTerm(t, db, "j", "a", shortTTL)
 		instant := time.Now().Add(-time.Minute).Truncate(time.Second)
 		if o, err := claim(db.Pool, "a", tok, instant); err != nil || o != "run" {
 			t.Fatalf("first claim = %q, %v; want run", o, err)
@@ -276,7 +281,7 @@ func TestClockAfterLockJobClaim(t *testing.T) {
 			t.Fatalf("first claim = %q, %v; want run", o, err)
 		}
 		mustExec(t, db.Pool, `SELECT pgleader.release('j', 'a', $1)`, tok1)
-		tok2, e := shortTerm(t, db, "j", "b", "400 milliseconds")
+		tok2, e := shortTerm(t, db, "j", "b", shortTTL)
 		var o string
 		var err error
 		lockedPastExpiry(t, db, lockRun, []any{"j"}, e, func(c *pgx.Conn) { o, err = claim(c, "b", tok2, instant) })
