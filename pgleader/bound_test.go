@@ -294,7 +294,8 @@ func TestSessionBoundRunOnce(t *testing.T) {
 		t.Errorf("RunOnce's term was not bound: %d bindings", bound)
 	}
 	var locks int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885826149`).Scan(&locks); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885826149
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&locks); err != nil {
 		t.Fatal(err)
 	}
 	if locks != 0 {
