@@ -1362,6 +1362,7 @@ DECLARE
     r pgleader.job_run;
     result text;
     inserted boolean := false;
+    locked boolean := false;
 BEGIN
     PERFORM pgleader._check_args(p_job, p_owner, NULL, true, false);
     IF p_instant IS NULL OR p_token IS NULL THEN
@@ -1391,11 +1392,28 @@ BEGIN
         RETURNING * INTO r;
         inserted := FOUND;
     END IF;
+    IF NOT inserted THEN
+        SELECT * INTO r FROM pgleader.job_run AS jr WHERE jr.job = p_job AND jr.instant = p_instant FOR UPDATE;
+        locked := FOUND;
+    END IF;
+    IF inserted OR locked THEN
+        PERFORM FROM pgleader.lease AS l WHERE l.key = p_job FOR KEY SHARE;
+        t := clock_timestamp();
+        IF NOT EXISTS (SELECT 1 FROM pgleader.lease AS l
+                        WHERE l.key = p_job AND l.holder = p_owner AND l.token = p_token
+                          AND NOT l.handed_off AND l.expires_at > t
+                          AND (l.role = c OR pgleader._own(l.role, false))) THEN
+            IF inserted THEN
+                DELETE FROM pgleader.job_run AS jr WHERE jr.job = p_job AND jr.instant = p_instant;
+            END IF;
+            RETURN QUERY SELECT 'lost'::text, t, NULL::text, NULL::text, NULL::bigint, NULL::integer, NULL::timestamptz;
+            RETURN;
+        END IF;
+    END IF;
     IF inserted THEN
         result := 'run';
     ELSE
-        SELECT * INTO r FROM pgleader.job_run AS jr WHERE jr.job = p_job AND jr.instant = p_instant FOR UPDATE;
-        IF NOT FOUND THEN
+        IF NOT locked THEN
             result := 'skip';
         ELSIF r.state = 'running' AND r.token = p_token AND r.owner = p_owner THEN
             result := 'run';
@@ -1730,8 +1748,11 @@ BEGIN
     PERFORM pgleader._check_keys(p_keys, p_tokens, true);
     g := pgleader._grace();
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
-    t := clock_timestamp();
 
+    PERFORM FROM pgleader.lease AS l, unnest(p_keys, p_tokens) AS u(k, tok)
+     WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
+       FOR NO KEY UPDATE OF l;
+    t := clock_timestamp();
     RETURN QUERY
     UPDATE pgleader.lease AS l
        SET renewed_at = t, expires_at = t + p_ttl, role = coalesce(l.role, c)
@@ -1761,6 +1782,7 @@ BEGIN
     g := pgleader._grace();
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
 
+    PERFORM FROM pgleader.lease AS l WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR NO KEY UPDATE;
     UPDATE pgleader.lease AS l
        SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl, handed_off = false,
            role = coalesce(l.role, c)
@@ -1796,8 +1818,9 @@ BEGIN
     END IF;
     g := pgleader._grace();
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
-    t := clock_timestamp();
 
+    PERFORM FROM pgleader.lease AS l WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR NO KEY UPDATE;
+    t := clock_timestamp();
     UPDATE pgleader.lease AS l
        SET renewed_at = t, expires_at = t + p_ttl, handed_off = false, role = coalesce(l.role, c)
      WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token
@@ -1896,6 +1919,12 @@ BEGIN
          WHERE x.handed_off AND x.holder = p_owner AND x.expires_at > t AND t >= g.grace_until
         INTERSECT
         SELECT u.k FROM unnest(p_keys || coalesce(p_confirm, '{}')) AS u(k)) AS q;
+    IF cardinality(ck) > 0 THEN
+        PERFORM FROM pgleader.lease AS l, unnest(ck) AS u(k)
+         WHERE l.key = u.k AND l.handed_off AND l.holder = p_owner
+           FOR NO KEY UPDATE OF l;
+        t := clock_timestamp();
+    END IF;
     WITH confirmed AS (
         UPDATE pgleader.lease AS l
            SET renewed_at = t, expires_at = t + p_ttl, handed_off = false
@@ -2163,6 +2192,7 @@ BEGIN
     g := pgleader._grace();
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
 
+    PERFORM FROM pgleader.lease AS l WHERE l.key = p_key AND l.holder = p_owner AND l.handed_off FOR NO KEY UPDATE;
     t := clock_timestamp();
     UPDATE pgleader.lease AS l
        SET renewed_at = t, expires_at = t + p_ttl, handed_off = false

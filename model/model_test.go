@@ -530,8 +530,11 @@ func TestHandOffMatchesGo(t *testing.T) {
 		{"pgleader.campaign(", "SET renewed_at = t, expires_at = t + p_ttl, handed_off = false"},
 		{"pgleader.campaign(", "IF p_candidate IS NOT NULL AND r.holder IS DISTINCT FROM p_owner THEN"},
 		{"pgleader.campaign(", "VALUES (p_key, p_owner, p_priority, p_value, t, t + least(p_candidate, g.max_ttl))"},
-		{"pgleader.take(", "IF r.holder = p_owner AND r.handed_off AND r.expires_at > t AND r.expires_at >= t + p_keep\n       AND t >= g.grace_until THEN"},
-		{"pgleader.take(", "RETURN QUERY SELECT * FROM pgleader.take(p_key, p_owner, p_ttl);"},
+		{"pgleader.take(p_key text, p_owner text, p_ttl interval, p_keep interval)", "IF r.holder = p_owner AND r.handed_off AND r.expires_at > t AND r.expires_at >= t + p_keep\n       AND t >= g.grace_until THEN"},
+		{"pgleader.take(p_key text, p_owner text, p_ttl interval, p_keep interval)", "RETURN QUERY SELECT * FROM pgleader.take(p_key, p_owner, p_ttl);"},
+		// The confirmation is one step in the model: the clock it judges the
+		// expiry by is read once the row is locked (migration 0020).
+		{"pgleader.take(p_key text, p_owner text, p_ttl interval)", "l.handed_off FOR NO KEY UPDATE;\n    t := clock_timestamp();"},
 		{"pgleader.renew_term(", "SET renewed_at = t, expires_at = t + p_ttl, handed_off = false"},
 		{"pgleader.hand_off(", "WHERE l.key = p_key AND l.holder = p_owner AND l.token = p_token FOR UPDATE;"},
 		{"pgleader.hand_off(", "WHERE k.key = p_key AND k.owner <> p_owner AND k.expires_at > t"},
