@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgleader/pgleader/internal/hook"
 )
 
 // boundApplicationName names a session-bound elector's connection in
@@ -32,8 +34,10 @@ const boundApplicationName = "pgleader bound lease"
 type boundSession struct {
 	cfg *pgx.ConnConfig
 	key string
-	ttl time.Duration
-	log *slog.Logger
+	// owner is the elector's, for internal/hook.Bound only.
+	owner string
+	ttl   time.Duration
+	log   *slog.Logger
 
 	mu   sync.Mutex
 	conn *pgx.Conn
@@ -97,6 +101,11 @@ func (s *boundSession) open(ctx context.Context) error {
 // use stops the pending read and returns with mu held and a connection
 // open, or an error (with mu released).
 func (s *boundSession) use(ctx context.Context) error {
+	if h := hook.Bound.Load(); h != nil && h.Gate != nil {
+		if err := h.Gate(s.owner); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	s.stopRead()
 	if s.conn != nil && !s.conn.IsClosed() {
@@ -211,7 +220,12 @@ func (s *boundSession) campaign(ctx context.Context, c Candidate, ttl time.Durat
 	if err := s.use(ctx); err != nil {
 		return Lease{}, false, false, false, err
 	}
-	defer func() { s.done(err) }()
+	sent := time.Now()
+	defer func() {
+		s.report(hook.BoundReport{Op: "campaign", Sent: sent, Err: err, Won: won, Bound: s.bound, Lapsed: lapsed,
+			Holder: l.Holder, Token: l.Token, Now: l.Now, Expires: l.ExpiresAt, AcquiredAt: l.AcquiredAt})
+		s.done(err)
+	}()
 	var holder, value pgtype.Text
 	var expires, now, acquiredAt pgtype.Timestamptz
 	var bound bool
@@ -245,7 +259,15 @@ func (s *boundSession) renewTerm(ctx context.Context, owner string, token int64,
 	if err := s.use(ctx); err != nil {
 		return time.Time{}, false, err
 	}
-	defer func() { s.done(err) }()
+	sent := time.Now()
+	defer func() {
+		r := hook.BoundReport{Op: "renew", Sent: sent, Err: err, Token: token, Expires: expires}
+		if errors.Is(err, ErrLost) {
+			r.Err, r.Lost = nil, true
+		}
+		s.report(r)
+		s.done(err)
+	}()
 	var e pgtype.Timestamptz
 	var bound bool
 	err = s.conn.QueryRow(ctx, `SELECT expires_at, resign, bound FROM pgleader.renew_bound($1, $2, $3, $4, $5)`, exec,
@@ -270,7 +292,11 @@ func (s *boundSession) end(ctx context.Context, fallback Backend, op func(Backen
 	if err := s.use(ctx); err != nil {
 		return op(fallback)
 	}
-	err := op(s.be)
+	var be Backend = s.be
+	if h := hook.Bound.Load(); h != nil && h.Report != nil {
+		be = reportedEnd{s.be, s}
+	}
+	err := op(be)
 	if err == nil || s.conn.IsClosed() {
 		s.bound = false
 	}
@@ -281,6 +307,35 @@ func (s *boundSession) end(ctx context.Context, fallback Backend, op func(Backen
 	}
 	s.done(err)
 	return err
+}
+
+// report hands r to internal/hook.Bound, if set.
+func (s *boundSession) report(r hook.BoundReport) {
+	if h := hook.Bound.Load(); h != nil && h.Report != nil {
+		r.Owner = s.owner
+		h.Report(r)
+	}
+}
+
+// reportedEnd is the session's backend for a release or hand-off while
+// internal/hook.Bound is set: it reports the statement's outcome.
+type reportedEnd struct {
+	*Postgres
+	s *boundSession
+}
+
+func (b reportedEnd) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	sent := time.Now()
+	released, err := b.Postgres.Release(ctx, key, owner, token)
+	b.s.report(hook.BoundReport{Op: "release", Sent: sent, Err: err, Token: token, Released: released})
+	return released, err
+}
+
+func (b reportedEnd) HandOff(ctx context.Context, key, owner string, token int64, to string) (bool, string, error) {
+	sent := time.Now()
+	released, successor, err := b.Postgres.HandOff(ctx, key, owner, token, to)
+	b.s.report(hook.BoundReport{Op: "handoff", Sent: sent, Err: err, Token: token, Released: released, Successor: successor})
+	return released, successor, err
 }
 
 // waitHolder waits up to d on the connection for the holder's session lock
