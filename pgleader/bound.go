@@ -241,13 +241,14 @@ func (s *boundSession) campaign(ctx context.Context, c Candidate, ttl time.Durat
 		return Lease{}, false, false, false, sqlError("campaign", err)
 	}
 	l.Key, l.Now = s.key, now.Time
-	if holder.Valid && holder.String != "pgleader.grace" {
+	if holder.Valid {
+		// In the server's grace the holder is 'pgleader.grace' and the
+		// expiry the grace's end, as Postgres.Campaign reports it: the
+		// Elector waits for it. (A lease reported free there had the
+		// Elector campaign again at once, hundreds of times a second,
+		// until the grace ended.)
 		l.Holder, l.ExpiresAt, l.Value = holder.String, expires.Time, value.String
 		l.AcquiredAt = acquiredAt.Time
-	} else if holder.Valid {
-		// The grace: nobody holds the lease, and nobody may take it
-		// before its end.
-		l.ExpiresAt = expires.Time
 	}
 	s.bound = won && bound
 	return l, won, holderBound, lapsed, nil
