@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgleader/pgleader/internal/hook"
 )
 
 // boundApplicationName names a session-bound elector's connection in
@@ -33,8 +35,10 @@ const boundApplicationName = "pgleader bound lease"
 type boundSession struct {
 	cfg *pgx.ConnConfig
 	key string
-	ttl time.Duration
-	log *slog.Logger
+	// owner is the elector's, for internal/hook.Bound only.
+	owner string
+	ttl   time.Duration
+	log   *slog.Logger
 
 	mu   sync.Mutex
 	conn *pgx.Conn
@@ -133,6 +137,11 @@ SELECT pgleader.unbind('%[1]s')`, key, rehearsalOwner, ttl.Microseconds())
 // use stops the pending read and returns with mu held and a connection
 // open, or an error (with mu released).
 func (s *boundSession) use(ctx context.Context) error {
+	if h := hook.Bound.Load(); h != nil && h.Gate != nil {
+		if err := h.Gate(s.owner); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	s.stopRead()
 	if s.conn != nil && !s.conn.IsClosed() {
@@ -247,7 +256,12 @@ func (s *boundSession) campaign(ctx context.Context, c Candidate, ttl time.Durat
 	if err := s.use(ctx); err != nil {
 		return Lease{}, false, false, false, err
 	}
-	defer func() { s.done(err) }()
+	sent := time.Now()
+	defer func() {
+		s.report(hook.BoundReport{Op: "campaign", Sent: sent, Err: err, Won: won, Bound: s.bound, Lapsed: lapsed,
+			Holder: l.Holder, Token: l.Token, Now: l.Now, Expires: l.ExpiresAt, AcquiredAt: l.AcquiredAt})
+		s.done(err)
+	}()
 	var holder, value pgtype.Text
 	var expires, now, acquiredAt pgtype.Timestamptz
 	var bound bool
@@ -263,13 +277,14 @@ func (s *boundSession) campaign(ctx context.Context, c Candidate, ttl time.Durat
 		return Lease{}, false, false, false, sqlError("campaign", err)
 	}
 	l.Key, l.Now = s.key, now.Time
-	if holder.Valid && holder.String != "pgleader.grace" {
+	if holder.Valid {
+		// In the server's grace the holder is 'pgleader.grace' and the
+		// expiry the grace's end, as Postgres.Campaign reports it: the
+		// Elector waits for it. (A lease reported free there had the
+		// Elector campaign again at once, hundreds of times a second,
+		// until the grace ended.)
 		l.Holder, l.ExpiresAt, l.Value = holder.String, expires.Time, value.String
 		l.AcquiredAt = acquiredAt.Time
-	} else if holder.Valid {
-		// The grace: nobody holds the lease, and nobody may take it
-		// before its end.
-		l.ExpiresAt = expires.Time
 	}
 	s.bound = won && bound
 	return l, won, holderBound, lapsed, nil
@@ -281,7 +296,15 @@ func (s *boundSession) renewTerm(ctx context.Context, owner string, token int64,
 	if err := s.use(ctx); err != nil {
 		return time.Time{}, false, err
 	}
-	defer func() { s.done(err) }()
+	sent := time.Now()
+	defer func() {
+		r := hook.BoundReport{Op: "renew", Sent: sent, Err: err, Token: token, Expires: expires}
+		if errors.Is(err, ErrLost) {
+			r.Err, r.Lost = nil, true
+		}
+		s.report(r)
+		s.done(err)
+	}()
 	var e pgtype.Timestamptz
 	var bound bool
 	err = s.conn.QueryRow(ctx, `SELECT expires_at, resign, bound FROM pgleader.renew_bound($1, $2, $3, $4, $5)`, exec,
@@ -312,7 +335,11 @@ func (s *boundSession) end(ctx context.Context, fallback Backend, op func(Backen
 		s.mu.Unlock()
 		return op(fallback)
 	}
-	err := op(s.be)
+	var be Backend = s.be
+	if h := hook.Bound.Load(); h != nil && h.Report != nil {
+		be = reportedEnd{s.be, s}
+	}
+	err := op(be)
 	if err == nil || s.conn.IsClosed() {
 		s.bound = false
 	}
@@ -323,6 +350,35 @@ func (s *boundSession) end(ctx context.Context, fallback Backend, op func(Backen
 	}
 	s.done(err)
 	return err
+}
+
+// report hands r to internal/hook.Bound, if set.
+func (s *boundSession) report(r hook.BoundReport) {
+	if h := hook.Bound.Load(); h != nil && h.Report != nil {
+		r.Owner = s.owner
+		h.Report(r)
+	}
+}
+
+// reportedEnd is the session's backend for a release or hand-off while
+// internal/hook.Bound is set: it reports the statement's outcome.
+type reportedEnd struct {
+	*Postgres
+	s *boundSession
+}
+
+func (b reportedEnd) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	sent := time.Now()
+	released, err := b.Postgres.Release(ctx, key, owner, token)
+	b.s.report(hook.BoundReport{Op: "release", Sent: sent, Err: err, Token: token, Released: released})
+	return released, err
+}
+
+func (b reportedEnd) HandOff(ctx context.Context, key, owner string, token int64, to string) (bool, string, error) {
+	sent := time.Now()
+	released, successor, err := b.Postgres.HandOff(ctx, key, owner, token, to)
+	b.s.report(hook.BoundReport{Op: "handoff", Sent: sent, Err: err, Token: token, Released: released, Successor: successor})
+	return released, successor, err
 }
 
 // waitHolder waits up to d on the connection for the holder's session lock

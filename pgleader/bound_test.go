@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
@@ -300,5 +301,66 @@ func TestSessionBoundRunOnce(t *testing.T) {
 	}
 	if locks != 0 {
 		t.Errorf("%d session locks left after RunOnce returned", locks)
+	}
+}
+
+// campaignCounter counts the session-bound campaigns run on connections
+// of a pool's configuration.
+type campaignCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *campaignCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "campaign_bound") {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+	return ctx
+}
+
+func (c *campaignCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *campaignCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// TestSessionBoundGraceWaits: during the server's grace (after a crash
+// restart or a promotion), a session-bound candidate waits for the
+// grace's end, as one without the option does, instead of campaigning
+// again at once. (The first cut reported the grace as a free lease, and
+// an Elector campaigned hundreds of times a second until it ended: the
+// chaos run of 2026-12-03 counted some 10,000 refused campaigns.)
+func TestSessionBoundGraceWaits(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM pgleader.server_epoch`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT pgleader.grace()`); err != nil {
+		t.Fatal(err)
+	}
+	grace := 2 * time.Second
+	if _, err := db.Pool.Exec(ctx, `UPDATE pgleader.server_epoch SET grace_until = clock_timestamp() + $1::interval`, grace.String()); err != nil {
+		t.Fatal(err)
+	}
+	var c campaignCounter
+	pool := db.NewPoolConfig(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = &c })
+	var rec boundTerms
+	began := time.Now()
+	a := start(t, pgleader.NewPostgres(pool), boundSpec,
+		pgleader.Options{Owner: "a", SessionBound: true, Lead: rec.body("a")})
+	defer a.stop(t)
+	first := rec.waitFor(t, 1, grace+10*time.Second)[0]
+	if first.started.Sub(began) < grace-200*time.Millisecond {
+		t.Errorf("a led %v after the grace began, before its end at %v", first.started.Sub(began), grace)
+	}
+	// One campaign at the start, one at the grace's end, and a few more
+	// if a wait ends early on a loaded machine; not one per round trip.
+	if n := c.count(); n > 10 {
+		t.Errorf("%d campaigns in a grace of %v, want a wait for its end", n, grace)
 	}
 }

@@ -297,6 +297,7 @@ func (e *Elector) bindSession() func() {
 		return func() {}
 	}
 	e.bs = e.ab.session(e.spec.Key, e.spec.TTL, e.log)
+	e.bs.owner = e.opts.Owner
 	return func() {
 		e.bs.close()
 		e.bs = nil

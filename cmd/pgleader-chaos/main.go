@@ -56,12 +56,18 @@ var (
 	pollOnly    = flag.String("poll-only", "1", "comma-separated replicas without LISTEN/NOTIFY")
 	history     = flag.String("history", "", "write the history as JSON lines to this file (and the tables the checker read to FILE.tables.json)")
 	verbose     = flag.Bool("v", false, "the electors' logs on standard error")
+	recheck     = flag.String("recheck", "", "check the history that -history wrote to this file again (with -ttl and -set-keys as the run had them), and run nothing")
+	bound       = flag.Bool("session-bound", false, "turn pgleader.Options.SessionBound on in every replica's Elector (not with -set-keys); "+
+		"the checker then counts P1 overlaps of a holder whose session ended while its process lived apart")
 )
 
 func main() {
 	flag.Parse()
 	if *replicaMode || os.Getenv(chaos.ReplicaEnv) != "" {
 		os.Exit(chaos.ReplicaMain())
+	}
+	if *recheck != "" {
+		os.Exit(recheckHistory(*recheck))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -81,6 +87,9 @@ func run(ctx context.Context) (int, error) {
 	}
 	cfg := chaos.Config{Seed: *seed, Duration: *duration, Log: os.Stdout}
 	cfg.Replicas, cfg.Verbose, cfg.SetKeys, cfg.UnitEvery = *replicas, *verbose, *setKeys, *unitEvery
+	if cfg.SessionBound = *bound; cfg.SessionBound && cfg.SetKeys > 0 {
+		return 2, fmt.Errorf("-session-bound: a pgleader.Set has no session-bound option; drop -set-keys")
+	}
 	cfg.Spec = pgleader.Spec{Key: "digest-publisher", TTL: *ttl, RequireFenceAdvance: true}
 	var err error
 	if cfg.NoFloor, err = ints(*noFloor); err != nil {
@@ -175,6 +184,20 @@ func run(ctx context.Context) (int, error) {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// recheckHistory checks a saved history again and prints the report.
+func recheckHistory(path string) int {
+	r, err := chaos.Recheck(path, pgleader.Spec{Key: "digest-publisher", TTL: *ttl, RequireFenceAdvance: true}, *setKeys > 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgleader-chaos: -recheck:", err)
+		return 2
+	}
+	r.Summary(os.Stdout)
+	if !r.OK() {
+		return 1
+	}
+	return 0
 }
 
 func stopCluster(c interface{ Stop() error }) {

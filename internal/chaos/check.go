@@ -96,6 +96,14 @@ type Report struct {
 	// HandOffs counts the releases that handed the lease to a waiting
 	// replica in the same statement.
 	HandOffs int
+	// SessionBound is whether the replicas ran with
+	// pgleader.Options.SessionBound (a start event says so); Lapses are
+	// then its early take-overs, each classified (see checkLapses), and
+	// UnitsAfterLapse the units a lapsed term committed after its
+	// take-over (ordered by the fence, property 2).
+	SessionBound    bool
+	Lapses          []Lapse
+	UnitsAfterLapse int
 	// Violations lists every breach found; a run passes with none.
 	Violations []Violation
 }
@@ -128,6 +136,9 @@ type termSpan struct {
 	// began is when the audit recorded its acquisition (the acquiring
 	// statement's clock after it wrote the row), zero if not audited.
 	began time.Time
+	// lapsed is when a session-bound campaign lapsed it (set its expiry
+	// to that instant) because its session had ended; zero if never.
+	lapsed time.Time
 	// mayEnd is the earliest instant at which a release of it whose answer
 	// never came may have committed, where the lease audit cannot rule
 	// that out (see unanswered); zero if none.
@@ -143,7 +154,7 @@ type termSpan struct {
 func (t *termSpan) start() time.Time { return maxTime(t.id.Start, t.began) }
 
 // end is the end of its lease interval: expiry, release or wipe.
-func (t *termSpan) end() time.Time { return minTime(t.expires, t.released, t.wiped) }
+func (t *termSpan) end() time.Time { return minTime(t.expires, t.released, t.wiped, t.lapsed) }
 
 // entitled is how long the term may write: until its expiry or release.
 // A wipe loses the lease data, not the holder's belief; what it writes
@@ -203,6 +214,9 @@ func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report 
 	r := &Report{Faults: map[string]int{}, EndReasons: map[string]int{},
 		RecoveryBound: RecoveryBound(spec, set), RefusalCost: RefusalCost(spec)}
 	for _, e := range events {
+		if e.Kind == KindStart && e.Detail == startSessionBound {
+			r.SessionBound = true
+		}
 		if r.Start.IsZero() || e.Local.Before(r.Start) {
 			r.Start = e.Local
 		}
@@ -240,8 +254,10 @@ func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report 
 	heals := map[time.Time]time.Duration{}
 	for _, key := range keys {
 		kevents, ktables := partition(events, tables, key)
-		k := &Report{RecoveryBound: r.RecoveryBound, RefusalCost: r.RefusalCost}
+		k := &Report{RecoveryBound: r.RecoveryBound, RefusalCost: r.RefusalCost, SessionBound: r.SessionBound}
 		checkKey(k, kevents, ktables, fs)
+		r.Lapses = append(r.Lapses, k.Lapses...)
+		r.UnitsAfterLapse += k.UnitsAfterLapse
 		r.Keys = append(r.Keys, KeyFigures{Key: key, Terms: k.Terms, TermsWrote: k.TermsWrote, Writes: len(ktables.Units)})
 		r.Terms += k.Terms
 		r.TermsWrote += k.TermsWrote
@@ -282,6 +298,9 @@ func checkKey(r *Report, events []Event, tables Tables, fs []failover) {
 	lost := lostUnits(r, events, tables.Units, fs)
 	all := append(slices.Clone(tables.Units), lost...)
 	checkOverlap(r, terms)
+	if r.SessionBound {
+		checkLapses(r, events, all, terms)
+	}
 	checkWithinLease(r, events, all, terms)
 	checkMonotonic(r, tables)
 	checkLostOrder(r, tables.Units, lost, fs)
@@ -438,6 +457,9 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 				// Handed off: the write that ends the term starts the
 				// next one, at the instant it stamps as that one's start.
 				cur.released = minTime(c.At, instant(c.NewAcquired))
+			case r.SessionBound && newID == oldID && c.NewExpires.Before(c.OldExpires):
+				// campaign_bound lapsed the term: its session had ended.
+				cur.lapsed = minTime(instant(c.NewExpires), cur.lapsed)
 			case newID == oldID && !c.NewExpires.Equal(c.OldExpires):
 				if !c.At.Before(c.OldExpires) {
 					r.violate(PropLease, "term %s renewed at %s after its lease expired at %s", fmtTerm(oldID), fmtTime(c.At), fmtTime(c.OldExpires))
@@ -510,6 +532,9 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 				t.released = at
 			}
 		}
+	}
+	if r.SessionBound {
+		lapsedByEvents(events, terms, fs)
 	}
 	r.UnansweredReleases += settleUnanswered(terms)
 	for _, t := range terms {

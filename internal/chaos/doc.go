@@ -28,6 +28,15 @@
 // key's lease row; "the leader" a fault aims at is the replica holding the
 // most keys.
 //
+// With HarnessConfig.SessionBound (pgleader-chaos -session-bound), every
+// replica's Elector runs with pgleader.Options.SessionBound. Its
+// campaigns, renewals and releases then run on a connection of its own,
+// which the recorder does not wrap: internal/hook.Bound holds them at the
+// replica's gate while it is paused and records them. That connection
+// carries pgleader's application_name, so kill-backends also terminates
+// every connection through the path's proxy, found by the client port the
+// server sees.
+//
 // # The history
 //
 // Every replica records its acquires, renewals, releases, claims and writes
@@ -74,6 +83,17 @@
 //     (after a crash restart or a failover, once the server's grace is
 //     over); with a set, YieldGrace + ReleaseTimeout + CampaignEvery more
 //     (RecoveryBound).
+//
+// With SessionBound (a start event says so), a campaign may lapse a term
+// whose session ended before its expiry (the lease audit shows the expiry
+// cut short; a won acquire reports it too): property 1 ends that term's
+// lease there, and checks belief instead (see checkLapses). The holder
+// believed it led until its term began to end or its process crashed; an
+// overlap of that belief with the next term is excused only as the one
+// exception to P1 that docs/model.md names, a holder whose session was
+// terminated (kill-backends on its lease path) or reset by the proxy (a
+// drop, or a blackhole's heal) while its process lived; it is counted
+// apart. Any other overlap is a violation of property 1.
 //
 // After a failover, the checker excuses the rows that asynchronous
 // replication loses, and only those: an acknowledged unit or a won term

@@ -74,6 +74,9 @@ type HarnessConfig struct {
 	Command []string
 	// Verbose sends the electors' logs to standard error.
 	Verbose bool
+	// SessionBound turns pgleader.Options.SessionBound on in every
+	// replica's Elector (not with SetKeys: a Set has no such option).
+	SessionBound bool
 }
 
 // Harness runs replicas against one database, each through two proxies,
@@ -248,7 +251,8 @@ func (h *Harness) start(s *slot) error {
 	s.incarnation++
 	cfg := ReplicaConfig{Index: s.index, Owner: ownerName(s.index, s.incarnation), AppName: h.appName(s.index),
 		URL: h.cfg.URL, LeaseAddr: s.lease.Addr(), StoreAddr: s.store.Addr(), Spec: h.spec,
-		Floor: s.floor, PollOnly: s.poll, Broken: h.cfg.Broken, UnitEvery: h.cfg.UnitEvery, Verbose: h.cfg.Verbose}
+		Floor: s.floor, PollOnly: s.poll, Broken: h.cfg.Broken, UnitEvery: h.cfg.UnitEvery, Verbose: h.cfg.Verbose,
+		SessionBound: h.cfg.SessionBound}
 	if h.IsSet() {
 		cfg.Keys = h.keys
 	}
@@ -361,7 +365,11 @@ func (h *Harness) applyMode(s *slot, p Path) {
 }
 
 // KillBackends terminates replica i's backend connections on path with
-// pg_terminate_backend, found by application_name, and returns how many.
+// pg_terminate_backend, and returns how many: those its pools opened,
+// found by application_name, and, with SessionBound, every connection
+// through the path's proxy, found by the client port the server sees (the
+// connections pgleader opens of its own, the session-bound one among
+// them, carry pgleader's application_name).
 func (h *Harness) KillBackends(ctx context.Context, i int, p Path) (int, error) {
 	var like string
 	switch p {
@@ -372,9 +380,20 @@ func (h *Harness) KillBackends(ctx context.Context, i int, p Path) (int, error) 
 	default:
 		like = h.appName(i) + "-%"
 	}
+	ports := []int{}
+	if h.cfg.SessionBound {
+		s := h.slots[i]
+		if p&LeasePath != 0 {
+			ports = append(ports, s.lease.ServerPorts()...)
+		}
+		if p&StorePath != 0 {
+			ports = append(ports, s.store.ServerPorts()...)
+		}
+	}
 	var n int
 	err := h.admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name LIKE $1`, like).Scan(&n)
+		WHERE datname = current_database() AND pid <> pg_backend_pid()
+		  AND (application_name LIKE $1 OR client_addr IS NOT NULL AND client_port = ANY($2))`, like, ports).Scan(&n)
 	return n, err
 }
 

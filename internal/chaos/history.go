@@ -21,12 +21,16 @@ const (
 	KindClaim   Kind = "claim"   // the Claim hook: the store's fence was lower (ok), or not (refused)
 	KindWrite   Kind = "write"   // one unit: acknowledged (ok), fenced (refused), or failed
 	KindTermEnd Kind = "term-end"
-	KindStart   Kind = "start" // a replica incarnation started
-	KindStop    Kind = "stop"  // a replica incarnation stopped (Detail: graceful or crash)
-	KindFault   Kind = "fault" // a fault began (Fault names it)
-	KindFaultUp Kind = "fault-end"
-	KindWipe    Kind = "wipe" // the lease rows were deleted, at DB
-	KindHeal    Kind = "heal" // every fault healed, at DB: a leader must be back soon
+	// KindTermEnding: the term began to end (Live turned false), as its
+	// replica saw it: the end of its belief that it leads. Recorded with
+	// SessionBound only.
+	KindTermEnding Kind = "term-ending"
+	KindStart      Kind = "start" // a replica incarnation started
+	KindStop       Kind = "stop"  // a replica incarnation stopped (Detail: graceful or crash)
+	KindFault      Kind = "fault" // a fault began (Fault names it)
+	KindFaultUp    Kind = "fault-end"
+	KindWipe       Kind = "wipe" // the lease rows were deleted, at DB
+	KindHeal       Kind = "heal" // every fault healed, at DB: a leader must be back soon
 	// KindFailover: the primary Prev was killed (from Sent) and the standby
 	// Server promoted (its clock read DB just after); every proxy had moved
 	// to Server by Local, so a statement sent after Local reaches only it.

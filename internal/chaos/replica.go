@@ -40,6 +40,8 @@ type ReplicaConfig struct {
 	UnitEvery time.Duration
 	// Verbose sends the elector's logs to standard error.
 	Verbose bool
+	// SessionBound sets pgleader.Options.SessionBound (an Elector only).
+	SessionBound bool `json:",omitempty"`
 }
 
 // replica is one running incarnation: an elector (or a set) on its lease
@@ -84,7 +86,14 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, sink Sink, g *gates) err
 		key: cfg.Spec.Key, owner: cfg.Owner, ttl: cfg.Spec.TTL, gate: g.loop}
 	r.termOf = func(_ string, token int64) time.Time { return rec.term(token) }
 	o := pgleader.Options{Owner: cfg.Owner, Lead: r.lead, Claim: r.claim, Logger: logger,
-		Observer: pgleader.ObserverFunc(r.observe)}
+		Observer: pgleader.ObserverFunc(r.observe), SessionBound: cfg.SessionBound}
+	start := Event{Kind: KindStart, Replica: cfg.Index, Owner: cfg.Owner}
+	if cfg.SessionBound {
+		// Its campaigns, renewals and releases run on a connection of
+		// the elector's own, past rec: rec sees them through the hook.
+		defer watchBound(cfg.Owner, rec)()
+		start.Detail = startSessionBound
+	}
 	spec := cfg.Spec
 	if cfg.Floor {
 		o.FenceFloor = r.floor
@@ -95,7 +104,7 @@ func runReplica(ctx context.Context, cfg ReplicaConfig, sink Sink, g *gates) err
 	if err != nil {
 		return err
 	}
-	sink.Record(Event{Kind: KindStart, Replica: cfg.Index, Owner: cfg.Owner})
+	sink.Record(start)
 	return el.Run(ctx)
 }
 
@@ -187,14 +196,22 @@ func (r *replica) lead(ctx context.Context, t *pgleader.Term) error {
 }
 
 func (r *replica) observe(o pgleader.Observation) {
-	if o.Kind != pgleader.ObserveTermEnded {
+	kind := KindTermEnd
+	switch o.Kind {
+	case pgleader.ObserveTermEnded:
+	case pgleader.ObserveTermEnding:
+		if !r.cfg.SessionBound {
+			return
+		}
+		kind = KindTermEnding
+	default:
 		return
 	}
 	key := o.Key
 	if key == "" || len(r.cfg.Keys) == 0 {
 		key = r.cfg.Spec.Key
 	}
-	r.sink.Record(Event{Kind: KindTermEnd, Replica: r.cfg.Index, Key: key, Owner: r.cfg.Owner, Token: o.Token,
+	r.sink.Record(Event{Kind: kind, Replica: r.cfg.Index, Key: key, Owner: r.cfg.Owner, Token: o.Token,
 		Term: r.termOf(key, o.Token), Detail: o.Reason.String()})
 }
 

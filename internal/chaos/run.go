@@ -117,6 +117,9 @@ func (r *Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "stale writes refused: %d (claims refused %d, writes without answer %d)\n", r.StaleRefused, r.ClaimsRefused, r.WriteErrors)
 	fmt.Fprintf(w, "lease wipes:         %d (units written after their lease row was wiped: %d)\n", r.Wipes, r.WritesAfterWipe)
 	fmt.Fprintf(w, "late after a pause:  %d (units paused between Live and send, landed after the lease)\n", r.LateAfterPause)
+	if r.SessionBound {
+		r.lapseSummary(w)
+	}
 	if len(r.Failovers) > 0 || r.LostUnits > 0 || r.LostTerms > 0 {
 		fmt.Fprintf(w, "failovers:           %d (lost with the failed primary, excused: %d acknowledged units, %d won terms; %d terms ended by a release without an answer)\n",
 			len(r.Failovers), r.LostUnits, r.LostTerms, r.UnansweredReleases)
@@ -205,4 +208,32 @@ func counts(m map[string]int) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Recheck checks a history that Outcome.WriteHistory wrote to path (and
+// the tables beside it) again, with spec's timing (its defaults filled in
+// as the run had them) and set as the run had it: to check a run's
+// history with a newer checker.
+func Recheck(path string, spec pgleader.Spec, set bool) (*Report, error) {
+	spec, err := resolveSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := &History{}
+	readEvents(f, h)
+	b, err := os.ReadFile(path + ".tables.json")
+	if err != nil {
+		return nil, err
+	}
+	var t Tables
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, err
+	}
+	events := h.Events()
+	return Check(events, t, spec, set), nil
 }

@@ -109,6 +109,22 @@ func (p *Proxy) Accepted() int {
 	return p.accepts
 }
 
+// ServerPorts returns the local ports of the proxy's open connections to
+// its target: the client ports the target sees (pg_stat_activity's
+// client_port), by which a server can tell the connections that came
+// through this proxy.
+func (p *Proxy) ServerPorts() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ports []int
+	for l := range p.links {
+		if a, ok := l.server.LocalAddr().(*net.TCPAddr); ok {
+			ports = append(ports, a.Port)
+		}
+	}
+	return ports
+}
+
 // Mode returns the proxy's current mode.
 func (p *Proxy) Mode() Mode {
 	p.mu.Lock()
