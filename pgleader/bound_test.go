@@ -195,7 +195,22 @@ func TestSessionBoundStopAndRestart(t *testing.T) {
 func TestSessionBoundRefused(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	short := db.NewPoolConfig(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["idle_session_timeout"] = "5s" })
+	// idle_session_timeout exists from PostgreSQL 14; on 13 (where a
+	// connection that sets it is refused) tcp_user_timeout, which 12 has,
+	// shows the same refusal over the TCP connections the tests use.
+	setting, value := "idle_session_timeout", "5s"
+	var version int
+	var tcp bool
+	if err := db.Pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, inet_client_addr() IS NOT NULL`).Scan(&version, &tcp); err != nil {
+		t.Fatal(err)
+	}
+	if version < 140000 {
+		if !tcp {
+			t.Fatalf("PostgreSQL %d has no idle_session_timeout and the test's connection is not TCP: no setting left to refuse", version)
+		}
+		setting, value = "tcp_user_timeout", "5000"
+	}
+	short := db.NewPoolConfig(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams[setting] = value })
 	el, err := pgleader.New(pgleader.NewPostgres(short), boundSpec, pgleader.Options{Owner: "a", SessionBound: true, Lead: idle, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -203,8 +218,8 @@ func TestSessionBoundRefused(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	err = el.Run(rctx)
-	if !errors.Is(err, pgleader.ErrInvalid) || !pgleader.Permanent(err) || !strings.Contains(err.Error(), "idle_session_timeout") {
-		t.Errorf("Run with idle_session_timeout 5s below a TTL of 30s: %v, want a permanent ErrInvalid naming the setting", err)
+	if !errors.Is(err, pgleader.ErrInvalid) || !pgleader.Permanent(err) || !strings.Contains(err.Error(), setting) {
+		t.Errorf("Run with %s %s below a TTL of 30s: %v, want a permanent ErrInvalid naming the setting", setting, value, err)
 	}
 
 	conn := db.Conn(t)
