@@ -59,8 +59,17 @@ func newBoundSession(cfg *pgx.ConnConfig, key string, ttl time.Duration, log *sl
 }
 
 // errPooled is a session-bound elector's answer to a connection through a
-// pooler: see open.
+// pooler that shares server sessions between clients (pgbouncer in
+// transaction or statement mode): see open.
 var errPooled = errors.New("a pooler (such as pgbouncer) is between this replica and PostgreSQL")
+
+// errSessionPooler is open's answer to a connection through a pooler that
+// gives each client a server session of its own for as long as it stays
+// connected (pgbouncer in session mode). The session outlives the client:
+// the pooler keeps it for the next client, so its end cannot tell that
+// the holder is gone, nor its life that the holder is there. The elector
+// runs TTL-bound instead, without a binding (never an early take-over).
+var errSessionPooler = errors.New("a pooler in session mode (such as pgbouncer's pool_mode = session) is between this replica and PostgreSQL")
 
 // open connects and checks that the session can hold a bound term: it is a
 // server session of its own, not a pooler's (the process id the server
@@ -79,10 +88,20 @@ func (s *boundSession) open(ctx context.Context) error {
 		return sqlError("session-bound lease", err)
 	}
 	if announced := c.PgConn().PID(); announced != pid {
+		session, err := sessionPooled(ctx, c, s.cfg)
 		_ = c.Close(context.WithoutCancel(ctx))
-		return invalidf("Options.SessionBound: %w: the connection announced process %d and its backend is %d. "+
-			"A pooled server session may outlive the client's, or serve another client, so it cannot bind a lease; "+
-			"connect this Elector's pool to PostgreSQL directly, or drop SessionBound", errPooled, announced, pid)
+		switch {
+		case err != nil:
+			return sqlError("session-bound lease: probing the pooler", err)
+		case session:
+			return fmt.Errorf("pgleader: Options.SessionBound: %w (the connection announced process %d and its backend is %d)",
+				errSessionPooler, announced, pid)
+		}
+		return invalidf("Options.SessionBound: %w: the connection announced process %d and its backend is %d, "+
+			"and a notification sent to it from another connection did not arrive within %v: the pooler shares server sessions "+
+			"between clients (transaction or statement mode), so a session cannot stand for the holder; "+
+			"connect this Elector's pool to PostgreSQL directly (or through a pooler in session mode, where the option falls back to the TTL), "+
+			"or drop SessionBound", errPooled, announced, pid, probeTimeout)
 	}
 	if refusal.Valid {
 		_ = c.Close(context.WithoutCancel(ctx))
@@ -95,6 +114,45 @@ func (s *boundSession) open(ctx context.Context) error {
 	}
 	s.conn, s.be, s.ended, s.bound = c, &Postgres{db: c, log: s.log}, make(chan struct{}), false
 	return nil
+}
+
+// sessionPooled tells, for a connection c through a pooler, whether the
+// pooler gives c a server session of its own for as long as c stays
+// connected (session mode): c listens on a channel of its own, another
+// connection made with cfg notifies it, and the notification arrives
+// within probeTimeout only if the server session that ran the LISTEN is
+// still c's. In transaction or statement mode that session went back to
+// the pool when the LISTEN's transaction ended, and nothing reaches c.
+func sessionPooled(ctx context.Context, c *pgx.Conn, cfg *pgx.ConnConfig) (bool, error) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	ch := probeChannelPrefix + hex.EncodeToString(b) // hex: safe as an identifier
+	if _, err := c.Exec(ctx, "LISTEN "+ch, exec); err != nil {
+		return false, err
+	}
+	other, err := connectNamed(ctx, cfg, boundApplicationName+" probe")
+	if err != nil {
+		return false, err
+	}
+	_, err = other.Exec(ctx, `SELECT pg_notify($1, 'probe')`, exec, ch)
+	_ = other.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return false, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	for {
+		n, err := c.WaitForNotification(pctx)
+		switch {
+		case err == nil && n.Channel == ch:
+			return true, nil
+		case err == nil:
+			continue
+		case ctx.Err() == nil && pctx.Err() != nil:
+			return false, nil // nothing arrived: not c's session any more
+		}
+		return false, err
+	}
 }
 
 // rehearseBound runs, on a new session-bound connection, a whole take-over

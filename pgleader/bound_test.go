@@ -3,6 +3,8 @@ package pgleader_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
+	"github.com/pgleader/pgleader/internal/tcpproxy"
 	"github.com/pgleader/pgleader/pgleader"
 )
 
@@ -377,5 +380,87 @@ func TestSessionBoundGraceWaits(t *testing.T) {
 	// if a wait ends early on a loaded machine; not one per round trip.
 	if n := c.count(); n > 10 {
 		t.Errorf("%d campaigns in a grace of %v, want a wait for its end", n, grace)
+	}
+}
+
+// TestSessionBoundSessionPooler: through a pooler in session mode, which
+// keeps a client's server session for the next client when the client
+// goes, Options.SessionBound falls back to the TTL: the terms won are not
+// bound, the fallback is logged, and when the leader's connections are
+// cut (its process gone, as far as the pooler can tell) the other replica
+// leads only after the dead term's expiry, not on the pooler's reuse of
+// its server session.
+func TestSessionBoundSessionPooler(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	via, err := url.Parse(db.PgbouncerSession(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := tcpproxy.Start(via.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	cut := *via
+	cut.Host = proxy.Addr()
+	pool := func(u string) *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	spec := pgleader.Spec{Key: "bound-session-pooler", TTL: 3 * time.Second, RenewEvery: time.Second,
+		CampaignEvery: 200 * time.Millisecond, Margin: 500 * time.Millisecond, YieldGrace: 200 * time.Millisecond, ReleaseTimeout: 500 * time.Millisecond}
+	var logs pgtest.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	var rec boundTerms
+	a := start(t, pgleader.NewPostgres(pool(cut.String())), spec, pgleader.Options{Owner: "a", SessionBound: true, Lead: rec.body("a"), Logger: logger})
+	defer a.cancel()
+	first := rec.waitFor(t, 1, 20*time.Second)[0]
+	if first.owner != "a" {
+		t.Fatalf("first term by %q, want a", first.owner)
+	}
+	if !strings.Contains(logs.String(), "cannot bind terms to a pooler's sessions") {
+		t.Errorf("no log of the fallback to the TTL; logs:\n%s", logs.String())
+	}
+	b := start(t, pgleader.NewPostgres(pool(via.String())), spec, pgleader.Options{Owner: "b", SessionBound: true, Lead: rec.body("b")})
+	defer b.stop(t)
+	time.Sleep(spec.CampaignEvery * 3) // b campaigns and loses
+
+	var bindings int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader.lease_binding WHERE key = $1`, spec.Key).Scan(&bindings); err != nil {
+		t.Fatal(err)
+	}
+	if bindings != 0 {
+		t.Errorf("%d bindings of the key through a session-mode pooler, want none", bindings)
+	}
+
+	proxy.Cut()
+	var expires time.Time
+	var holder string
+	if err := db.Pool.QueryRow(ctx, `SELECT holder, expires_at FROM pgleader.lease WHERE key = $1`, spec.Key).Scan(&holder, &expires); err != nil {
+		t.Fatal(err)
+	}
+	if holder != "a" {
+		t.Fatalf("holder at the cut %q, want a", holder)
+	}
+	second := rec.waitFor(t, 2, 20*time.Second)[1]
+	if second.owner != "b" {
+		t.Fatalf("second term by %q, want b", second.owner)
+	}
+	var acquired time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT acquired_at FROM pgleader.lease WHERE key = $1 AND token = $2`, spec.Key, second.token).Scan(&acquired); err != nil {
+		t.Fatal(err)
+	}
+	if acquired.Before(expires) {
+		t.Errorf("b acquired at %v, %v before a's term expired (%v): an early take-over through a session-mode pooler",
+			acquired, expires.Sub(acquired), expires)
 	}
 }

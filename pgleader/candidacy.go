@@ -2,6 +2,7 @@ package pgleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -177,6 +178,10 @@ func (e *Elector) campaign(ctx context.Context, asCandidate, reuseFloor bool) (L
 		if lapsed {
 			e.log.Info("the term holding the lease was bound to a session that has ended; took it over before its expiry",
 				"won", won)
+		}
+		if errors.Is(err, errSessionPooler) {
+			e.unbindSession(err)
+			lease, won, err = e.backend.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)
 		}
 	} else {
 		lease, won, err = e.backend.Campaign(actx, e.spec.Key, c, e.spec.TTL, floor)

@@ -296,12 +296,23 @@ func (e *Elector) bindSession() func() {
 	if !e.opts.SessionBound {
 		return func() {}
 	}
-	e.bs = e.ab.session(e.spec.Key, e.spec.TTL, e.log)
-	e.bs.owner = e.opts.Owner
+	bs := e.ab.session(e.spec.Key, e.spec.TTL, e.log)
+	bs.owner = e.opts.Owner
+	e.bs = bs
 	return func() {
-		e.bs.close()
+		bs.close()
 		e.bs = nil
 	}
+}
+
+// unbindSession makes the rest of a session-bound elector's Run TTL-bound,
+// after its connection turned out to pass through a pooler in session mode
+// (errSessionPooler). Run's goroutine calls it while no term runs.
+func (e *Elector) unbindSession(err error) {
+	e.log.Warn("Options.SessionBound cannot bind terms to a pooler's sessions; this Run's terms are bound to the TTL: "+
+		"a crashed leader's successor waits for its expiry", "err", err)
+	e.bs.close()
+	e.bs = nil
 }
 
 func (e *Elector) setState(st State, until time.Time) {

@@ -80,8 +80,10 @@ type Options struct {
 	// one exception to "one leader at a time" this option makes, while the
 	// fence still refuses the old term's writes. It needs the PostgreSQL
 	// backend over a pool (or with ListenWith) connected to PostgreSQL
-	// directly, not through a pooler, and a server that does not end idle
-	// sessions sooner than the TTL; Run refuses it otherwise ([Permanent]).
+	// directly, and a server that does not end idle sessions sooner than
+	// the TTL; Run refuses it otherwise ([Permanent]). Through a pooler
+	// in session mode Run falls back to the TTL (no term is bound, and a
+	// warning is logged); through one in transaction mode it refuses.
 	// Off by default.
 	SessionBound bool
 }

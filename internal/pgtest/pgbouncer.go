@@ -38,6 +38,20 @@ func (d *DB) Pgbouncer(t testing.TB, users ...string) string {
 // pgbouncer's log so far.
 func (d *DB) PgbouncerWithLog(t testing.TB, users ...string) (string, func() string) {
 	t.Helper()
+	return d.pgbouncer(t, "transaction", users)
+}
+
+// PgbouncerSession is Pgbouncer in session pooling mode: each client has a
+// server session of its own while it stays connected, and pgbouncer keeps
+// that session for the next client when it leaves.
+func (d *DB) PgbouncerSession(t testing.TB, users ...string) string {
+	t.Helper()
+	via, _ := d.pgbouncer(t, "session", users)
+	return via
+}
+
+func (d *DB) pgbouncer(t testing.TB, mode string, users []string) (string, func() string) {
+	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		for _, p := range pgbouncerPaths {
@@ -75,13 +89,13 @@ listen_port = %d
 unix_socket_dir =
 auth_type = trust
 auth_file = %s
-pool_mode = transaction
+pool_mode = %s
 max_client_conn = 200
 default_pool_size = 20
 ignore_startup_parameters = extra_float_digits,application_name
 logfile = %s
 pidfile = %s
-`, target.Hostname(), target.Port(), port, filepath.Join(dir, "users.txt"),
+`, target.Hostname(), target.Port(), port, filepath.Join(dir, "users.txt"), mode,
 		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
 	if os.Geteuid() == 0 {
 		// pgbouncer refuses to run as root; it switches to this user.
