@@ -226,7 +226,7 @@ func testMigrateTo(t *testing.T, bin string) {
 		}
 	}
 	code, _, stderr := runCLI(t, bin, env, "migrate", "to", "1")
-	if want := "to 1 reverts versions 14, 15, 16, 17, 18, 19, 20 and drops what it added; add --yes to confirm"; code != 2 || !strings.Contains(stderr, want) {
+	if want := "to 1 reverts versions 14, 15, 16, 17, 18, 19, 20, 21 and drops what it added; add --yes to confirm"; code != 2 || !strings.Contains(stderr, want) {
 		t.Fatalf("migrate to 1 without --yes: status %d, stderr:\n%s\nwant 2 and %q", code, stderr, want)
 	}
 	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != latest {
