@@ -2161,18 +2161,101 @@ $function$;
 -- function pgleader.set_tick(text,text,text[],bigint[],interval,integer); grants: none
 CREATE OR REPLACE FUNCTION pgleader.set_tick(p_set text, p_owner text, p_keys text[], p_tokens bigint[], p_ttl interval, p_held integer)
  RETURNS TABLE(lost text[], resign text[], expires_at timestamp with time zone, members text[], member_held integer[], member_expires_at timestamp with time zone[], handed integer, db_now timestamp with time zone)
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
 AS $function$
-    SELECT (SELECT coalesce(array_agg(d.k), '{}')
-              FROM (SELECT u.k FROM unnest(p_keys) AS u(k)
-                    EXCEPT ALL
-                    SELECT r.k FROM unnest(s.renewed) AS r(k)) AS d),
-           s.resign,
-           (SELECT min(x.e) FROM unnest(s.expires_at) AS x(e)),
-           s.members, s.member_held, s.member_expires_at, s.handed, s.db_now
-      FROM pgleader.set_renew(p_set, p_owner, p_keys, p_tokens, p_ttl, p_held) AS s
+#variable_conflict use_column
+DECLARE
+    c name := pgleader._caller();
+    t0 timestamptz := clock_timestamp();
+    g record;
+    w interval;
+    n integer := 0;
+    rs text[] := '{}';
+    e timestamptz;
+    rk text[];
+    rt bigint[];
+    got text[];
+    e2 timestamptz;
+    rs2 text[];
+    gone text[] := '{}';
+    t timestamptz;
+    h integer;
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_owner, p_ttl, true, true);
+    IF p_held IS NULL OR p_held < 0 THEN
+        RAISE EXCEPTION 'pgleader: held must be zero or positive, got %', coalesce(p_held::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF p_keys IS NULL OR array_ndims(p_keys) > 1 OR p_tokens IS NULL OR array_ndims(p_tokens) > 1
+       OR cardinality(p_tokens) <> cardinality(p_keys) THEN
+        PERFORM pgleader._check_keys(p_keys, p_tokens, true);
+    END IF;
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
+    w := least(interval '1 second', p_ttl / 4);
+
+    -- The one pass. During the grace it renews nothing: a term is then
+    -- judged by its expiry on the clock read after its lock (renew_many).
+    IF cardinality(p_keys) > 0 AND t0 >= g.grace_until THEN
+        BEGIN
+            WITH r AS (
+                UPDATE pgleader.lease AS l
+                   SET renewed_at = t0, expires_at = t0 + p_ttl, role = coalesce(l.role, c)
+                  FROM unnest(p_keys, p_tokens) AS u(k, tok)
+                 WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok AND u.tok > 0
+                   AND l.expires_at > t0 + w
+                   AND (l.role = c OR pgleader._own(l.role, false))
+                RETURNING l.key, coalesce(l.resign_token = u.tok, false) AS resign
+            )
+            SELECT count(*)::integer, coalesce(array_agg(r.key) FILTER (WHERE r.resign), '{}') INTO n, rs FROM r;
+            IF clock_timestamp() > t0 + w THEN
+                RAISE EXCEPTION 'pgleader: set_tick''s pass outlasted its window' USING ERRCODE = 'PL021';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'PL021' THEN
+            n := 0;
+            rs := '{}';
+        END;
+        IF n > 0 THEN
+            e := t0 + p_ttl;
+        END IF;
+    END IF;
+
+    IF n < cardinality(p_keys) THEN
+        PERFORM pgleader._check_keys(p_keys, p_tokens, true);
+        IF n = 0 THEN
+            rk := p_keys;
+            rt := p_tokens;
+        ELSE
+            SELECT coalesce(array_agg(u.k), '{}'), coalesce(array_agg(u.tok), '{}') INTO rk, rt
+              FROM unnest(p_keys, p_tokens) AS u(k, tok)
+             WHERE NOT EXISTS (SELECT FROM pgleader.lease AS l
+                                WHERE l.key = u.k AND l.holder = p_owner AND l.token = u.tok
+                                  AND l.renewed_at = t0 AND l.expires_at = t0 + p_ttl);
+        END IF;
+        SELECT coalesce(array_agg(r.key), '{}'), min(r.expires_at), coalesce(array_agg(r.key) FILTER (WHERE r.resign), '{}')
+          INTO got, e2, rs2
+          FROM pgleader.renew_many(p_owner, rk, rt, p_ttl) AS r;
+        SELECT coalesce(array_agg(d.k), '{}') INTO gone
+          FROM (SELECT u.k FROM unnest(rk) AS u(k) EXCEPT ALL SELECT r.k FROM unnest(got) AS r(k)) AS d;
+        rs := rs || rs2;
+        e := least(e, e2);
+    END IF;
+
+    t := clock_timestamp();
+    SELECT count(*) INTO h FROM pgleader.lease AS l
+     WHERE l.handed_off AND l.holder = p_owner AND l.expires_at > t AND (l.role = c OR pgleader._own(l.role, false));
+    INSERT INTO pgleader.set_member AS s (set_name, role, owner, held, joined_at, expires_at)
+    VALUES (p_set, c, p_owner, p_held + h, t, t0 + p_ttl)
+    ON CONFLICT (set_name, role, owner) DO UPDATE
+       SET held = excluded.held, expires_at = excluded.expires_at,
+           joined_at = CASE WHEN s.expires_at <= t THEN t ELSE s.joined_at END;
+    RETURN QUERY
+    SELECT gone, rs, e, coalesce(array_agg(s.owner ORDER BY s.owner), '{}'), coalesce(array_agg(s.held ORDER BY s.owner), '{}'),
+           coalesce(array_agg(s.expires_at ORDER BY s.owner), '{}'), h, t
+      FROM pgleader.set_member AS s
+     WHERE s.set_name = p_set AND s.role = c AND s.expires_at > t;
+END
 $function$;
 
 -- function pgleader.take(text,text,interval); grants: none
