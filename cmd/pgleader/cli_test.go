@@ -221,7 +221,7 @@ func testMigrateTo(t *testing.T, bin string) {
 	}
 	for _, bad := range []string{"0", "2", fmt.Sprint(migrations.Latest + 1)} {
 		code, _, stderr := runCLI(t, bin, env, "migrate", "to", bad)
-		if want := "VERSION must be one of the versions this pgleader ships, 1, 14, 15, 16, 17, 18, 19, 20"; code != 2 || !strings.Contains(stderr, want) {
+		if want := "VERSION must be one of the versions this pgleader ships, 1, 14, 15, 16, 17, 18, 19, 20, 21"; code != 2 || !strings.Contains(stderr, want) {
 			t.Fatalf("migrate to %s: status %d, stderr:\n%s\nwant 2 and %q", bad, code, stderr, want)
 		}
 	}
