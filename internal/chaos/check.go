@@ -65,6 +65,16 @@ type Report struct {
 	// ended because the replica was paused between its Live check and the
 	// write: the limit documented by pgleader, which the fence orders.
 	LateAfterPause int
+	// Stalls counts the stalls of the harness's own process that its
+	// watchdog recorded, and MaxStall is the longest. LateAfterStall counts
+	// units that committed after their term's lease ended while a stall at
+	// least as long as their lateness fell between their Live check and
+	// their commit: the in-process proxies stand for the network, so such a
+	// stall is a delay beyond the bound the delay faults keep to, outside
+	// what the yield can cover (as a pause between Live and send is).
+	Stalls         int
+	MaxStall       time.Duration
+	LateAfterStall int
 	// LostUnits counts acknowledged units lost with a failed primary, and
 	// LostTerms won terms lost with it (see failover.go): excused, and
 	// checked as part of that server's history.
@@ -226,6 +236,9 @@ func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report 
 			r.Faults[e.Fault]++
 		case KindWipe:
 			r.Wipes++
+		case KindStall:
+			r.Stalls++
+			r.MaxStall = max(r.MaxStall, e.Local.Sub(e.Sent))
 		case KindTermEnd:
 			r.EndReasons[e.Detail]++
 		case KindRelease:
@@ -263,6 +276,7 @@ func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report 
 		r.TermsWrote += k.TermsWrote
 		r.WritesAfterWipe += k.WritesAfterWipe
 		r.LateAfterPause += k.LateAfterPause
+		r.LateAfterStall += k.LateAfterStall
 		r.LostUnits += k.LostUnits
 		r.LostTerms += k.LostTerms
 		r.UnansweredReleases += k.UnansweredReleases
@@ -672,6 +686,12 @@ func checkWithinLease(r *Report, events []Event, units []Unit, terms map[TermID]
 			writes[key{e.termID(), e.Seq}] = e
 		}
 	}
+	var stalls []Event
+	for _, e := range events {
+		if e.Kind == KindStall {
+			stalls = append(stalls, e)
+		}
+	}
 	wrote := map[TermID]bool{}
 	for _, u := range units {
 		t := terms[u.termID()]
@@ -693,14 +713,31 @@ func checkWithinLease(r *Report, events []Event, units []Unit, terms map[TermID]
 			continue
 		}
 		late := at.Sub(end)
-		if e, ok := writes[key{u.termID(), u.Seq}]; ok && e.Sent.Sub(e.Checked) >= late {
+		e, ok := writes[key{u.termID(), u.Seq}]
+		if ok && e.Sent.Sub(e.Checked) >= late {
 			r.LateAfterPause++
+			continue
+		}
+		if ok && stalledFor(stalls, e.Checked, at) >= late {
+			r.LateAfterStall++
 			continue
 		}
 		r.violate(PropWithinLease, "unit %d (seq %d) of term %s committed at %s, %v after its lease ended at %s",
 			u.ID, u.Seq, fmtTerm(t.id), fmtTime(at), late, fmtTime(end))
 	}
 	r.TermsWrote = len(wrote)
+}
+
+// stalledFor returns the longest harness stall that lies wholly between
+// from and to.
+func stalledFor(stalls []Event, from, to time.Time) time.Duration {
+	var longest time.Duration
+	for _, s := range stalls {
+		if !s.Sent.Before(from) && !s.Local.After(to) {
+			longest = max(longest, s.Local.Sub(s.Sent))
+		}
+	}
+	return longest
 }
 
 // checkMonotonic: property 2, in the log's id order, which is commit

@@ -236,6 +236,51 @@ func TestCheckWriteAfterLeaseEnded(t *testing.T) {
 	}
 }
 
+// A stall of the harness's own process (its proxies are the network)
+// between a unit's Live check and its commit excuses as much lateness as
+// it lasted, and no more; a stall outside that span excuses nothing.
+func TestCheckWriteAfterHarnessStall(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name        string
+		from, to    int // the stall, in ms
+		wantExcused bool
+	}{
+		{"between check and commit", 2950, 3010, true},
+		{"shorter than the lateness", 2950, 2990, false},
+		{"from before the check", 2850, 2950, false},
+		{"to after the commit", 3000, 3300, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := &story{}
+			a := s.acquire("a", 1, 0)
+			a.write(100).write(3050) // the lease expired at 3000
+			for i := range s.events {
+				if s.events[i].Kind == chaos.KindWrite && s.events[i].Seq == 2 {
+					// Checked and sent at once, 150 ms before the commit.
+					s.events[i].Checked, s.events[i].Sent = ms(2900), ms(2900)
+				}
+			}
+			s.events = append(s.events, chaos.Event{Kind: chaos.KindStall, Replica: -1, Sent: ms(c.from), Local: ms(c.to)})
+			r := s.check()
+			if r.Stalls != 1 || r.MaxStall != time.Duration(c.to-c.from)*time.Millisecond {
+				t.Fatalf("stalls %d, longest %v; want 1, %dms", r.Stalls, r.MaxStall, c.to-c.from)
+			}
+			if c.wantExcused {
+				if !r.OK() || r.LateAfterStall != 1 {
+					t.Fatalf("violations %v, late after a stall %d; want none and 1 (%+v)", r.Violations, r.LateAfterStall, r)
+				}
+				return
+			}
+			if r.LateAfterStall != 0 {
+				t.Fatalf("late after a stall %d; want 0", r.LateAfterStall)
+			}
+			expect(t, r, chaos.PropWithinLease, "50ms after its lease ended")
+		})
+	}
+}
+
 func TestCheckDecreasingTokens(t *testing.T) {
 	t.Parallel()
 	s := &story{}

@@ -83,16 +83,19 @@ type HarnessConfig struct {
 // and applies faults to them. Every fault and every replica operation is
 // recorded in its History. Its methods are safe for concurrent use.
 type Harness struct {
-	cfg    HarnessConfig
-	spec   pgleader.Spec
-	hist   *History
-	admin  *pgxpool.Pool
-	via    *tcpproxy.Proxy // the admin pool's way to the database
-	runID  string
-	keys   []string // the elector's key, or the set's keys
-	slots  []*slot
-	closed bool
-	mu     sync.Mutex // guards closed and the slots' handles
+	cfg  HarnessConfig
+	spec pgleader.Spec
+	hist *History
+	// watchdog, closed by Close, stops watch.
+	watchdog   chan struct{}
+	closeWatch sync.Once
+	admin      *pgxpool.Pool
+	via        *tcpproxy.Proxy // the admin pool's way to the database
+	runID      string
+	keys       []string // the elector's key, or the set's keys
+	slots      []*slot
+	closed     bool
+	mu         sync.Mutex // guards closed and the slots' handles
 }
 
 // slot is one replica across its incarnations.
@@ -149,7 +152,15 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 		via.Close()
 		return nil, err
 	}
-	h := &Harness{cfg: cfg, spec: spec, hist: &History{}, admin: admin, via: via, runID: randomID(), keys: []string{spec.Key}}
+	hist, err := NewSpooledHistory("")
+	if err != nil {
+		admin.Close()
+		via.Close()
+		return nil, err
+	}
+	h := &Harness{cfg: cfg, spec: spec, hist: hist, admin: admin, via: via, runID: randomID(), keys: []string{spec.Key},
+		watchdog: make(chan struct{})}
+	go h.watch(h.watchdog)
 	if cfg.SetKeys > 0 {
 		h.keys = SetKeys(spec.Key, cfg.SetKeys)
 	}
@@ -525,6 +536,7 @@ func (h *Harness) StopAll() {
 // Close stops every replica and closes the proxies and the harness's pool.
 func (h *Harness) Close() {
 	h.StopAll()
+	h.closeWatch.Do(func() { close(h.watchdog) })
 	for _, s := range h.slots {
 		if s.lease != nil {
 			s.lease.Close()
@@ -535,4 +547,34 @@ func (h *Harness) Close() {
 	}
 	h.admin.Close()
 	h.via.Close()
+	_ = h.hist.Close() // a temporary file: nothing to do if its removal fails
+}
+
+// stallTick is the watchdog's period, and stallMin the lateness it records
+// as a stall of the harness's process.
+const (
+	stallTick = 5 * time.Millisecond
+	stallMin  = 50 * time.Millisecond
+)
+
+// watch records every stall of this process (a wake-up at least stallMin
+// late) until done is closed: a garbage collection, a starved CPU or a
+// stopped process delays the in-process proxies' traffic as it delays the
+// watchdog.
+func (h *Harness) watch(done <-chan struct{}) {
+	t := time.NewTicker(stallTick)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			now = time.Now()
+			if gap := now.Sub(last); gap >= stallTick+stallMin {
+				h.hist.Record(Event{Kind: KindStall, Replica: -1, Sent: last, Local: now, Detail: gap.Round(time.Millisecond).String()})
+			}
+			last = now
+		}
+	}
 }

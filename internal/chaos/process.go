@@ -121,7 +121,7 @@ func startProcess(command []string, cfg ReplicaConfig, sink Sink) (*procHandle, 
 	}
 	h := &procHandle{cmd: cmd, done: make(chan struct{})}
 	go func() {
-		readEvents(stdout, sink)
+		_ = readEvents(stdout, sink) // a line too long for the scanner ends the events of a broken process
 		_ = cmd.Wait()
 		_ = stdin.Close()
 		close(h.done)

@@ -96,7 +96,10 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read the tables: %w", err)
 	}
-	events := h.History().Events()
+	events, err := h.History().Events()
+	if err != nil {
+		return nil, err
+	}
 	return &Outcome{Seed: cfg.Seed, Spec: spec, Events: events, Tables: tables, Report: Check(events, tables, spec, h.IsSet())}, nil
 }
 
@@ -117,6 +120,8 @@ func (r *Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "stale writes refused: %d (claims refused %d, writes without answer %d)\n", r.StaleRefused, r.ClaimsRefused, r.WriteErrors)
 	fmt.Fprintf(w, "lease wipes:         %d (units written after their lease row was wiped: %d)\n", r.Wipes, r.WritesAfterWipe)
 	fmt.Fprintf(w, "late after a pause:  %d (units paused between Live and send, landed after the lease)\n", r.LateAfterPause)
+	fmt.Fprintf(w, "harness stalls:      %d, longest %v (its process, proxies included, made no progress; units late after one: %d)\n",
+		r.Stalls, r.MaxStall.Round(time.Millisecond), r.LateAfterStall)
 	if r.SessionBound {
 		r.lapseSummary(w)
 	}
@@ -225,7 +230,9 @@ func Recheck(path string, spec pgleader.Spec, set bool) (*Report, error) {
 	}
 	defer f.Close()
 	h := &History{}
-	readEvents(f, h)
+	if err := readEvents(f, h); err != nil {
+		return nil, fmt.Errorf("chaos: read %s: %w", path, err)
+	}
 	b, err := os.ReadFile(path + ".tables.json")
 	if err != nil {
 		return nil, err
@@ -234,6 +241,9 @@ func Recheck(path string, spec pgleader.Spec, set bool) (*Report, error) {
 	if err := json.Unmarshal(b, &t); err != nil {
 		return nil, err
 	}
-	events := h.Events()
+	events, err := h.Events()
+	if err != nil {
+		return nil, err
+	}
 	return Check(events, t, spec, set), nil
 }

@@ -46,8 +46,12 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 
 // writes counts replica's write events with the given result.
 func writes(h *chaos.Harness, replica int, result chaos.Result) int {
+	events, err := h.History().Events()
+	if err != nil {
+		panic(err) // a test's spool in its temporary directory cannot fail quietly
+	}
 	n := 0
-	for _, e := range h.History().Events() {
+	for _, e := range events {
 		if e.Kind == chaos.KindWrite && e.Replica == replica && e.Result == result {
 			n++
 		}
@@ -67,7 +71,11 @@ func finish(t *testing.T, h *chaos.Harness) *chaos.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := chaos.Check(h.History().Events(), tables, h.Spec(), h.IsSet())
+	events, err := h.History().Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chaos.Check(events, tables, h.Spec(), h.IsSet())
 	var b strings.Builder
 	r.Summary(&b)
 	t.Logf("checker's report:\n%s", b.String())
