@@ -55,6 +55,7 @@ checks=(
 	"session-failover|pass|-DSESSION -DFAILOVER -DFAULT_BUDGET=1 -DFO_END=3"
 	"session-restart|pass|-DSESSION -DSRV_RESTART -DFAULT_BUDGET=1"
 	"liveness-session-crash|pass|-DSESSION -DSESS_LIVE -DFAULT_BUDGET=1"
+	"session-handoff|pass|-DSESSION -DHANDOFF -DFAULT_BUDGET=1"
 	"mutant-no-yield|fail|-DMUTANT_NO_YIELD"
 	"mutant-receive-time|fail|-DMUTANT_RECV_TIME"
 	"mutant-claim-le|fail|-DMUTANT_CLAIM_LE -DWIPE"
@@ -75,6 +76,7 @@ checks=(
 	"mutant-session-restart-no-grace|fail|-DSESSION -DFAILOVER -DMUTANT_SESSION_RESTART_NO_GRACE -DFAULT_BUDGET=1 -DFO_END=3"
 	"mutant-session-clean-restart|fail|-DSESSION -DSRV_RESTART -DMUTANT_SESSION_RESTART_NO_GRACE -DFAULT_BUDGET=1"
 	"mutant-session-short-keepalive|fail|-DSESSION -DMUTANT_SESSION_SHORT_KEEPALIVE"
+	"mutant-session-handoff-keeps-binding|fail|-DSESSION -DHANDOFF -DMUTANT_SESSION_HANDOFF_KEEPS_BINDING -DFAULT_BUDGET=1"
 )
 
 # check NAME EXPECT FLAGS: one search in $work/NAME. Writes its table row

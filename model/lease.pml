@@ -165,8 +165,11 @@
 #if NR != 2
 #error "SESSION is modelled with 2 replicas: the waiting candidate is the other replica"
 #endif
-#if defined(HANDOFF) || defined(JOB) || defined(WIPE)
-#error "SESSION is modelled without HANDOFF, JOB and WIPE"
+#if defined(JOB) || defined(WIPE)
+#error "SESSION is modelled without JOB and WIPE"
+#endif
+#if defined(MUTANT_SESSION_HANDOFF_KEEPS_BINDING) && !defined(HANDOFF)
+#error "MUTANT_SESSION_HANDOFF_KEEPS_BINDING needs HANDOFF"
 #endif
 #ifndef SESS_NOTE
 #define SESS_NOTE 1            /* P9: ticks two bodies may be in their windows at once when no fault delays the holder's notice */
@@ -189,7 +192,7 @@
 #error "SRV_RESTART (a clean restart) and FAILOVER (crash recovery or promotion) are separate configurations"
 #endif
 #else
-#if defined(MUTANT_SESSION_TAKEOVER_NO_END) || defined(MUTANT_SESSION_IGNORES_END) || defined(MUTANT_SESSION_NO_READ) || defined(MUTANT_SESSION_RESTART_NO_GRACE) || defined(MUTANT_SESSION_SHORT_KEEPALIVE) || defined(SESS_LIVE) || defined(SRV_RESTART)
+#if defined(MUTANT_SESSION_TAKEOVER_NO_END) || defined(MUTANT_SESSION_IGNORES_END) || defined(MUTANT_SESSION_NO_READ) || defined(MUTANT_SESSION_RESTART_NO_GRACE) || defined(MUTANT_SESSION_SHORT_KEEPALIVE) || defined(MUTANT_SESSION_HANDOFF_KEEPS_BINDING) || defined(SESS_LIVE) || defined(SRV_RESTART)
 #error "the session mutants, SESS_LIVE and SRV_RESTART need SESSION"
 #endif
 #endif
@@ -441,7 +444,8 @@ unsigned p4 : 3;          /* P4: ticks free with a candidate and no leader */
 #define SE_GONE    1              /* it ended with its process, or the server stopped hearing from it */
 #define SE_KILLED  2              /* it ended while its process lived: terminated, a proxy's reset */
 #define SE_RESTART 3              /* it ended with the server: the binding is from an earlier server run */
-unsigned bend : 2;        /* the lease row's bound session (lease.session_pid, session_start, server_start) */
+unsigned bend : 2;        /* the lease row's bound session (lease_binding: pid, backend_start, server_start) */
+unsigned bwho : 2;        /* the replica whose session the row's binding names, + 1 (0: the term is not bound) */
 #define NOTE_NONE  0
 #define NOTE_FRESH 1              /* the end came in this tick */
 #define NOTE_OLD   2              /* a tick has passed: the pending read returns now (urgent) */
@@ -466,7 +470,7 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 #ifdef SESSION
 /* acquire's free: also a row whose bound session ended on this server (the
  * grace still applies: acquire grants only FREE && !INGRACE) */
-#define SESS_OVER (bend == SE_GONE || bend == SE_KILLED)
+#define SESS_OVER (bwho != 0 && (bend == SE_GONE || bend == SE_KILLED))
 #ifdef MUTANT_SESSION_TAKEOVER_NO_END  /* acquire does not check that the bound session ended */
 #define SESS_FREE (holder != 0 && bend != SE_RESTART)
 #elif defined(MUTANT_SESSION_RESTART_NO_GRACE) /* a binding of the old server counts as ended */
@@ -519,8 +523,19 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 #define SESS_DEAD(i)    r[i].dead
 #define SESS_ALIVE(i)   (!r[i].dead)
 #define SESS_RENEW_OK   (bend == SE_ALIVE)
-#define SESS_BIND       bend = SE_ALIVE; r[0].woke = false; r[1].woke = false
-#define SESS_UNBIND     bend = SE_ALIVE
+#define SESS_RENEW_BIND bwho = i + 1
+/* i's term is bound to i's session: won or confirmed by campaign_bound, or
+ * renewed by renew_bound (which binds a term not bound yet) */
+#define SESS_BIND       bwho = i + 1; bend = SE_ALIVE; r[0].woke = false; r[1].woke = false
+#define SESS_UNBIND     bwho = 0; bend = SE_ALIVE
+/* hand_off gives the successor a term of its own (a new token), which no
+ * binding names: it is bound once the successor confirms or renews it on
+ * its own session, and lapses at its expiry until then */
+#ifdef MUTANT_SESSION_HANDOFF_KEEPS_BINDING /* the binding stays with the row: the old holder's session */
+#define SESS_HANDED     skip
+#else
+#define SESS_HANDED     SESS_UNBIND
+#endif
 #define SESS_STALE(i)   STALE(i)
 /* a term's end forgets its session: the next term is on a new one */
 #define SESS_CLEAR(i)   r[i].snote = NOTE_NONE; r[i].deaf = false; r[i].skill = false; r[i].sslow = false; r[i].sovl = 0
@@ -540,8 +555,10 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 #define SESS_DEAD(i)    0
 #define SESS_ALIVE(i)   1
 #define SESS_RENEW_OK   1
+#define SESS_RENEW_BIND skip
 #define SESS_BIND       skip
 #define SESS_UNBIND     skip
+#define SESS_HANDED     skip
 #define SESS_STALE(i)   0
 #endif
 
@@ -604,6 +621,7 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 	:: else \
 	fi
 #define HOFF_CLEAR hoff = false
+#define HOFF_ROW hoff
 #define HOFF_LAST r[i].last = r[i].repTok
 /* Run leads a won campaign only if its token is later than the last term
  * it led (elector.go: case won && lease.Token <= c.lastToken ends it) */
@@ -612,6 +630,7 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 #define HOFF_WON skip
 #define HOFF_REGISTER skip
 #define HOFF_CLEAR skip
+#define HOFF_ROW 0
 #define HOFF_LAST skip
 #define WON_NEW true
 #endif
@@ -640,7 +659,7 @@ inline dbExec(i) {
 #ifdef HANDOFF
 	:: r[i].req == R_ACQ && holder == i + 1 && hoff && expires > now && HOFF_GRACE_OK ->
 		/* campaign confirms a term handed to this owner, as take does */
-		expires = now + TTL; hoff = false; r[i].cexp = 0;
+		expires = now + TTL; hoff = false; r[i].cexp = 0; SESS_BIND;
 		r[i].rep = P_WON; r[i].repTok = ltoken; r[i].repSeq = seqN;
 		printf("t%d db: campaign r%d confirms handed-off token %d, expires %d\n", now, i, ltoken, expires)
 	:: r[i].req == R_HOFF ->
@@ -653,14 +672,14 @@ inline dbExec(i) {
 			PROP(0, FAILED || ltoken < EPOCH_BASE);
 #endif
 			holder = (i ^ 1) + 1; expires = r[i ^ 1].cexp;
-			hoff = true; seqN++;
+			hoff = true; seqN++; SESS_HANDED;
 			r[0].cexp = 0; r[1].cexp = 0;
 			PROP(3, ltoken > maxIssued);
 			maxIssued = ltoken;
 			printf("t%d db: hand_off r%d token %d -> r%d token %d, expires %d\n", now, i, r[i].reqArg, i ^ 1, ltoken, expires)
 		:: holder == i + 1 && ltoken == r[i].reqArg && (r[i ^ 1].cexp <= now || INGRACE) ->
 			/* no live candidate, or the server's grace: release */
-			holder = 0; expires = 0; hoff = false; r[i].cexp = 0;
+			holder = 0; expires = 0; hoff = false; r[i].cexp = 0; SESS_UNBIND;
 			printf("t%d db: hand_off r%d token %d -> released\n", now, i, r[i].reqArg)
 		:: else
 		fi
@@ -699,7 +718,7 @@ inline dbExec(i) {
 		if
 		:: holder == i + 1 && ltoken == r[i].reqArg && expires > now && SESS_RENEW_OK &&
 		   (!INGRACE || expires > now + GRACE_OFFSET) ->
-			expires = now + TTL; r[i].rep = P_OK; HOFF_CLEAR;
+			expires = now + TTL; r[i].rep = P_OK; HOFF_CLEAR; SESS_RENEW_BIND;
 			printf("t%d db: renew r%d token %d -> expires %d\n", now, i, r[i].reqArg, expires)
 		:: else ->
 			r[i].rep = P_LOST;
@@ -1094,8 +1113,10 @@ inline noteRead(i) {
 	r[i].skill = false; r[i].sslow = false; r[i].sovl = 0
 }
 
-/* the row names i and is bound to i's session, which lives */
-#define SESS_BOUND_LIVE (holder == i + 1 && bend == SE_ALIVE && !r[i].dead)
+/* the row's binding names i's session, which lives, and the row names i
+ * (or was handed off from i: only MUTANT_SESSION_HANDOFF_KEEPS_BINDING
+ * leaves a handed-off row bound) */
+#define SESS_BOUND_LIVE (bwho == i + 1 && (holder == i + 1 || HOFF_ROW) && bend == SE_ALIVE && !r[i].dead)
 #ifdef SESS_LIVE
 #define SFO_START sfo = 1
 #else
@@ -1113,7 +1134,7 @@ inline noteRead(i) {
 		:: else \
 		fi; \
 		if \
-		:: holder == i + 1 -> bend = SE_GONE \
+		:: bwho == i + 1 -> bend = SE_GONE \
 		:: else \
 		fi; \
 		r[i].dead = true; r[i].paused = true; r[i].st = IDLE; r[i].bodyOn = false; \
@@ -1343,7 +1364,7 @@ inline sessRestart(k) {
 	:: else
 	fi
 }
-#define SESS_RESTART bend = (holder != 0 -> SE_RESTART : SE_ALIVE); sessRestart(0); sessRestart(1)
+#define SESS_RESTART bend = (holder != 0 -> SE_RESTART : SE_ALIVE); bwho = (holder != 0 -> bwho : 0); sessRestart(0); sessRestart(1)
 #endif
 #else
 #define SESS_TICK skip

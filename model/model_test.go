@@ -683,7 +683,11 @@ func TestJobMatchesMigration(t *testing.T) {
 // never free); only the bound session renews a bound term; the holder
 // keeps a read pending and ends its term as lost when it returns the end;
 // a bound term is released, handed off or forgotten by letting go of its
-// session lock, which the candidate waits on (the model's WAKE).
+// session lock, which the candidate waits on (the model's WAKE). A binding
+// names its term's token, so a hand-off (a new token) leaves the
+// successor's term unbound until campaign_bound confirms it or renew_bound
+// renews it, each of which binds (the model's SESS_HANDED and SESS_BIND,
+// checked by session-handoff and mutant-session-handoff-keeps-binding).
 func TestSessionMatchesMigration(t *testing.T) {
 	for _, c := range []struct{ fn, want string }{
 		{"pgleader.campaign_bound(", "IF r.holder IS NOT NULL AND r.expires_at > t AND t >= g.grace_until AND pgleader._own(r.role, false) THEN"},
@@ -693,6 +697,8 @@ func TestSessionMatchesMigration(t *testing.T) {
 		{"pgleader._bound_to(", "WHERE b.key = p_key AND b.token = p_token AND b.holder = p_holder AND b.acquired_at = p_acquired_at"},
 		{"pgleader.renew_bound(", "IF FOUND AND (b.pid <> pg_backend_pid() OR b.server_start <> pg_postmaster_start_time()) THEN"},
 		{"pgleader._bind(", "IF pgleader.bind_refusal(p_ttl) IS NOT NULL THEN\n        RETURN false;"},
+		{"pgleader.campaign_bound(", "IF c.acquired THEN\n        is_bound := pgleader._bind(p_key, c.token, p_ttl);"},
+		{"pgleader.renew_bound(", "b.pid IS NOT NULL OR pgleader._bind(p_key, p_token, p_ttl)"},
 	} {
 		body, file := lastDefinition(t, c.fn)
 		if !strings.Contains(body, c.want) {
@@ -701,7 +707,9 @@ func TestSessionMatchesMigration(t *testing.T) {
 	}
 	for file, wants := range map[string][]string{
 		"lease.pml": {
-			"#define SESS_OVER (bend == SE_GONE || bend == SE_KILLED)",
+			"#define SESS_OVER (bwho != 0 && (bend == SE_GONE || bend == SE_KILLED))",
+			"#define SESS_HANDED     SESS_UNBIND",
+			"hoff = true; seqN++; SESS_HANDED;",
 			"#define SESS_FREE SESS_OVER",
 			"#define FREE    (holder == 0 || expires <= now || SESS_FREE)",
 		},
@@ -711,6 +719,8 @@ func TestSessionMatchesMigration(t *testing.T) {
 			`"mutant-session-takeover-without-end|fail|-DSESSION -DMUTANT_SESSION_TAKEOVER_NO_END"`,
 			`"mutant-session-holder-ignores-end|fail|-DSESSION -DMUTANT_SESSION_IGNORES_END"`,
 			`"mutant-session-no-pending-read|fail|-DSESSION -DMUTANT_SESSION_NO_READ"`,
+			`"session-handoff|pass|-DSESSION -DHANDOFF -DFAULT_BUDGET=1"`,
+			`"mutant-session-handoff-keeps-binding|fail|-DSESSION -DHANDOFF -DMUTANT_SESSION_HANDOFF_KEEPS_BINDING -DFAULT_BUDGET=1"`,
 		},
 		"../pgleader/bound.go": {
 			"err := conn.PgConn().WaitForNotification(ctx)",
