@@ -464,3 +464,62 @@ func TestSessionBoundSessionPooler(t *testing.T) {
 			acquired, expires.Sub(acquired), expires)
 	}
 }
+
+// TestSessionBoundSessionPoolerRunOnce: RunOnce through a pooler in session
+// mode falls back to the TTL as Run does: its one term runs, is not bound,
+// the fallback is logged, and no session lock is left behind when it
+// returns.
+func TestSessionBoundSessionPoolerRunOnce(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(db.PgbouncerSession(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var logs pgtest.Buffer
+	var ran bool
+	var bindings int
+	el, err := pgleader.New(pgleader.NewPostgres(pool), boundSpec, pgleader.Options{Owner: "once", SessionBound: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Lead: func(ctx context.Context, tm *pgleader.Term) error {
+			ran = true
+			return db.Pool.QueryRow(ctx, `SELECT count(*) FROM pgleader.lease_binding WHERE key = $1`, boundSpec.Key).Scan(&bindings)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := el.RunOnce(rctx); err != nil {
+		t.Fatalf("RunOnce through a session-mode pooler: %v", err)
+	}
+	if !ran {
+		t.Fatal("RunOnce returned without running its body")
+	}
+	if bindings != 0 {
+		t.Errorf("%d bindings of RunOnce's term through a session-mode pooler, want none", bindings)
+	}
+	if !strings.Contains(logs.String(), "cannot bind terms to a pooler's sessions") {
+		t.Errorf("no log of the fallback to the TTL; logs:\n%s", logs.String())
+	}
+	var locks int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885826149
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&locks); err != nil {
+		t.Fatal(err)
+	}
+	if locks != 0 {
+		t.Errorf("%d session locks left after RunOnce returned", locks)
+	}
+	var holder *string
+	if err := db.Pool.QueryRow(ctx, `SELECT holder FROM pgleader.lease WHERE key = $1`, boundSpec.Key).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	if holder != nil {
+		t.Errorf("the lease is held by %q after RunOnce returned, want released", *holder)
+	}
+}

@@ -411,6 +411,7 @@ func TestBoundProcesses(t *testing.T) {
 		{"Partition", testBoundPartition},
 		{"Terminate", testBoundTerminate},
 		{"EveryRefused", testBoundEveryRefused},
+		{"SessionPooler", testBoundSessionPooler},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -674,6 +675,48 @@ func testBoundTerminate(t *testing.T, bin string) {
 		t.Errorf("a's command started %d times, want once", n)
 	}
 	a.stop(t)
+	b.stop(t)
+}
+
+// testBoundSessionPooler: a leader connected through pgbouncer in session
+// mode runs TTL-bound (its log says so, and no term is bound); when it is
+// SIGKILLed, pgbouncer keeps its server session for the next client, and
+// the other replica leads only after the dead term's expiry.
+func testBoundSessionPooler(t *testing.T, bin string) {
+	db := boundDB(t)
+	via := db.PgbouncerSession(t)
+	a := startBound(t, bin, "a", via, via)
+	first := a.waitStart(t)
+	a.waitLog(t, "the fallback to the TTL", `cannot bind terms to a pooler's sessions`)
+	eventually(t, "a's command made a fenced write", func() bool { _, ok := a.firstWrite(t, "ok", first.token); return ok })
+	b := startBound(t, bin, "b", db.URL, db.URL)
+	var bindings int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pgleader.lease_binding WHERE key = $1`, boundKey).Scan(&bindings); err != nil {
+		t.Fatal(err)
+	}
+	if bindings != 0 {
+		t.Errorf("%d bindings of the key through a session-mode pooler, want none", bindings)
+	}
+
+	killed := time.Now()
+	if err := a.p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(-first.pgid, syscall.SIGKILL)
+	<-a.p.done
+	lastExpiry, l := watchHeld(t, db.Pool, first.token, 2*boundTTL)
+	if l.holder != "b" || l.token <= first.token {
+		t.Fatalf("lease after the kill: %+v, want b's above token %d", l, first.token)
+	}
+	if l.acquired.Before(lastExpiry) {
+		t.Errorf("b acquired at %v, %v before a's lease expired at %v: an early take-over through a session-mode pooler",
+			l.acquired, lastExpiry.Sub(l.acquired), lastExpiry)
+	}
+	t.Logf("SIGKILL → b acquired %v later, %v after the dead term's expiry", time.Since(killed).Round(time.Millisecond),
+		l.acquired.Sub(lastExpiry).Round(time.Millisecond))
+	next := b.waitStart(t)
+	eventually(t, "b's command claimed the resource", func() bool { _, ok := b.firstWrite(t, "claimed", next.token); return ok })
+	assertFenced(t, db.Pool, first.token)
 	b.stop(t)
 }
 
