@@ -569,8 +569,10 @@ func (h *Harness) watch(done <-chan struct{}) {
 		select {
 		case <-done:
 			return
-		case now := <-t.C:
-			now = time.Now()
+		case <-t.C:
+			// time.Now, not the tick's value: a tick that waited in the
+			// channel carries the time it was sent, not when this ran.
+			now := time.Now()
 			if gap := now.Sub(last); gap >= stallTick+stallMin {
 				h.hist.Record(Event{Kind: KindStall, Replica: -1, Sent: last, Local: now, Detail: gap.Round(time.Millisecond).String()})
 			}
