@@ -312,14 +312,21 @@ func TestSessionBoundRunOnce(t *testing.T) {
 	if bound != 1 {
 		t.Errorf("RunOnce's term was not bound: %d bindings", bound)
 	}
+	if locks := bindingLocks(t, db.Pool); locks != 0 {
+		t.Errorf("%d session locks left after RunOnce returned", locks)
+	}
+}
+
+// bindingLocks counts the binding locks (pgleader._binding_lock's class)
+// held in pool's database.
+func bindingLocks(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
 	var locks int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885826149
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885826149
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&locks); err != nil {
 		t.Fatal(err)
 	}
-	if locks != 0 {
-		t.Errorf("%d session locks left after RunOnce returned", locks)
-	}
+	return locks
 }
 
 // campaignCounter counts the session-bound campaigns run on connections
@@ -507,12 +514,7 @@ func TestSessionBoundSessionPoolerRunOnce(t *testing.T) {
 	if !strings.Contains(logs.String(), "cannot bind terms to a pooler's sessions") {
 		t.Errorf("no log of the fallback to the TTL; logs:\n%s", logs.String())
 	}
-	var locks int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885826149
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&locks); err != nil {
-		t.Fatal(err)
-	}
-	if locks != 0 {
+	if locks := bindingLocks(t, db.Pool); locks != 0 {
 		t.Errorf("%d session locks left after RunOnce returned", locks)
 	}
 	var holder *string
