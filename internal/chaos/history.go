@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -115,9 +116,11 @@ type Sink interface {
 // recorded: in memory, or spooled to a file (NewSpooledHistory). It is safe
 // for concurrent use.
 type History struct {
-	mu     sync.Mutex
-	events []Event
-	// The spool, when there is one: each event one JSON line, buffered.
+	// spooled is set once, by NewSpooledHistory.
+	spooled bool
+	mu      sync.Mutex
+	events  []Event
+	// The spool: each event one JSON line, buffered; nil once closed.
 	spool *os.File
 	w     *bufio.Writer
 	err   error // the spool's first write error
@@ -136,7 +139,7 @@ func NewSpooledHistory(dir string) (*History, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: spool the history: %w", err)
 	}
-	return &History{spool: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
+	return &History{spooled: true, spool: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
 }
 
 // Record appends e, stamping Local if it is zero.
@@ -144,7 +147,7 @@ func (h *History) Record(e Event) {
 	if e.Local.IsZero() {
 		e.Local = time.Now()
 	}
-	if h.spool == nil {
+	if !h.spooled {
 		h.mu.Lock()
 		h.events = append(h.events, e)
 		h.mu.Unlock()
@@ -154,6 +157,9 @@ func (h *History) Record(e Event) {
 	b = append(b, '\n')
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.w == nil {
+		return // closed: the run is over
+	}
 	if err == nil {
 		_, err = h.w.Write(b)
 	}
@@ -167,10 +173,12 @@ func (h *History) Record(e Event) {
 func (h *History) Events() ([]Event, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.spool == nil {
+	switch {
+	case !h.spooled:
 		return slices.Clone(h.events), nil
-	}
-	if h.err != nil {
+	case h.spool == nil:
+		return nil, errors.New("chaos: the history's spool is closed")
+	case h.err != nil:
 		return nil, fmt.Errorf("chaos: the history's spool: %w", h.err)
 	}
 	if err := h.w.Flush(); err != nil {
@@ -188,13 +196,13 @@ func (h *History) Events() ([]Event, error) {
 	return events, nil
 }
 
-// Close removes a spooled history's file; the history keeps no events
-// after it. An in-memory history is unchanged.
+// Close removes a spooled history's file; events recorded after it are
+// dropped. An in-memory history is unchanged.
 func (h *History) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.spool == nil {
-		return nil
+		return nil // in memory, or closed already
 	}
 	err := h.spool.Close()
 	if rerr := os.Remove(h.spool.Name()); err == nil {
