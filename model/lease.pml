@@ -523,7 +523,11 @@ unsigned runs : 2;        /* ghost: runs of the instant started (at most 3 count
 #define SESS_DEAD(i)    r[i].dead
 #define SESS_ALIVE(i)   (!r[i].dead)
 #define SESS_RENEW_OK   (bend == SE_ALIVE)
-#define SESS_RENEW_BIND bwho = i + 1
+/* a renewal binds a term not bound yet (a handed-off one): a new binding,
+ * on which the other replica may wait again */
+#define SESS_RENEW_BIND \
+	r[0].woke = (bwho == i + 1 -> r[0].woke : false); r[1].woke = (bwho == i + 1 -> r[1].woke : false); \
+	bwho = i + 1
 /* i's term is bound to i's session: won or confirmed by campaign_bound, or
  * renewed by renew_bound (which binds a term not bound yet) */
 #define SESS_BIND       bwho = i + 1; bend = SE_ALIVE; r[0].woke = false; r[1].woke = false
