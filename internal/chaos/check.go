@@ -104,8 +104,12 @@ type Report struct {
 	// EndReasons counts how terms ended, as the replicas saw it.
 	EndReasons map[string]int
 	// HandOffs counts the releases that handed the lease to a waiting
-	// replica in the same statement.
+	// replica in the same statement. A set's history does not tell its
+	// hand-offs from its releases (SetBackend.ReleaseSet answers which
+	// terms ended, not to whom), so a set run counts none: Set says so.
 	HandOffs int
+	// Set is whether the replicas ran a pgleader.Set.
+	Set bool
 	// SessionBound is whether the replicas ran with
 	// pgleader.Options.SessionBound (a start event says so); Lapses are
 	// then its early take-overs, each classified (see checkLapses), and
@@ -222,7 +226,7 @@ func RefusalCost(spec pgleader.Spec) time.Duration {
 // whose events name no key is one key.
 func Check(events []Event, tables Tables, spec pgleader.Spec, set bool) *Report {
 	r := &Report{Faults: map[string]int{}, EndReasons: map[string]int{},
-		RecoveryBound: RecoveryBound(spec, set), RefusalCost: RefusalCost(spec)}
+		RecoveryBound: RecoveryBound(spec, set), RefusalCost: RefusalCost(spec), Set: set}
 	for _, e := range events {
 		if e.Kind == KindStart && e.Detail == startSessionBound {
 			r.SessionBound = true

@@ -111,7 +111,11 @@ func (r *Report) Summary(w io.Writer) {
 		total += n
 	}
 	fmt.Fprintf(w, "faults:              %d (%s)\n", total, counts(r.Faults))
-	fmt.Fprintf(w, "terms:               %d acquired, %d wrote (ends: %s), %d handed off\n", r.Terms, r.TermsWrote, counts(r.EndReasons), r.HandOffs)
+	handOffs := fmt.Sprintf("%d handed off", r.HandOffs)
+	if r.Set {
+		handOffs = "a set's hand-offs counted as releases"
+	}
+	fmt.Fprintf(w, "terms:               %d acquired, %d wrote (ends: %s), %s\n", r.Terms, r.TermsWrote, counts(r.EndReasons), handOffs)
 	if len(r.Keys) > 1 {
 		fmt.Fprintf(w, "keys:                %d, checked one by one (terms per key: %s; units per key: %s)\n", len(r.Keys),
 			spread(r.Keys, func(k KeyFigures) int { return k.Terms }), spread(r.Keys, func(k KeyFigures) int { return k.Writes }))
