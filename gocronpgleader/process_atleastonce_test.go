@@ -111,6 +111,7 @@ func TestLockerProcessesAtLeastOnce(t *testing.T) {
 	// Every run done, and completed exactly once; C's retried.
 	owners := map[string]int{}
 	perSecond := map[int64]int{}
+	bySecond := map[int64][]procEntry{} // each run's first entry, by the second it started in
 	var prev jobRun
 	for i, r := range h.runs {
 		owners[r.Owner]++
@@ -124,6 +125,7 @@ func TestLockerProcessesAtLeastOnce(t *testing.T) {
 			continue
 		}
 		perSecond[es[0].second()]++
+		bySecond[es[0].second()] = append(bySecond[es[0].second()], es[0])
 		var completed []procEntry
 		for _, e := range es {
 			if e.Completed {
@@ -160,6 +162,8 @@ func TestLockerProcessesAtLeastOnce(t *testing.T) {
 				t.Errorf("second %d has no run; only those between C's hung run (second %d) and its retry (%v) may lack one",
 					h.index(s), h.index(hung.second()), retry.Started)
 			}
+		case n > 1 && lateDouble(bySecond[s], window):
+			t.Logf("second %d has %d runs, the later started Window or more into it: a firing delayed past Window", h.index(s), n)
 		case n > 1:
 			t.Errorf("second %d has %d runs", h.index(s), n)
 		}

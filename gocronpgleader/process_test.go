@@ -182,6 +182,24 @@ type procEntry struct {
 // seconds), and a task starts a few milliseconds after its firing.
 func (e procEntry) second() int64 { return e.Started.Unix() }
 
+// lateDouble reports whether the entries of one second's runs are two of
+// which the later started Window or more into the second. gocron fires at
+// whole seconds of a replica's clock (B's is exactly 2 s ahead, so its
+// seconds are the others'), so that run's firing, with its claim, was
+// delayed by at least Window: the delay Options.Window must exceed, broken
+// by the machine's load, not the Locker's rule (runs at least Window
+// apart, which the tests check on their own).
+func lateDouble(es []procEntry, window time.Duration) bool {
+	if len(es) != 2 {
+		return false
+	}
+	later := es[1]
+	if es[0].Started.After(later.Started) {
+		later = es[0]
+	}
+	return later.Started.Sub(later.Started.Truncate(time.Second)) >= window
+}
+
 // procHistory is what the database says happened to the job.
 type procHistory struct {
 	runs    []jobRun    // by instant
@@ -413,6 +431,7 @@ func TestLockerProcesses(t *testing.T) {
 	// previous run's token in the fence.
 	owners := map[string]int{}
 	perSecond := map[int64][]jobRun{}
+	entries := map[int64][]procEntry{} // the runs' entries, by the second they started in
 	var lost []jobRun
 	var prev jobRun
 	for i, r := range h.runs {
@@ -443,6 +462,7 @@ func TestLockerProcesses(t *testing.T) {
 				r.Owner, r.Token, r.State, e.Completed)
 		}
 		perSecond[e.second()] = append(perSecond[e.second()], r)
+		entries[e.second()] = append(entries[e.second()], e)
 		prev = r
 	}
 
@@ -483,9 +503,18 @@ func TestLockerProcesses(t *testing.T) {
 		}
 	}
 	// Two runs in one second are at least Window apart (checked above):
-	// the second of them would need a firing delayed by more than Window.
+	// the second of them needs a firing delayed by more than Window, which
+	// Options.Window rules out and only a loaded machine brings.
+	late := 0
 	for _, s := range doubled {
+		if lateDouble(entries[s], window) {
+			late++
+			continue
+		}
 		t.Errorf("second %d has %d runs", h.index(s), len(perSecond[s]))
+	}
+	if late > 0 {
+		t.Logf("%d seconds had two runs, the later started Window or more into its second: a firing delayed past Window", late)
 	}
 	if owners["b"] == 0 {
 		t.Errorf("B, its clock 2 s ahead, ran no run of %d", len(h.runs))
@@ -498,4 +527,27 @@ func TestLockerProcesses(t *testing.T) {
 		"A stopped mid-run %v; latest task start %v after its second",
 		h.seconds(), len(h.runs), owners, len(lost), len(missing), busy, leftUntil.Sub(cLast.Instant).Round(100*time.Millisecond), len(doubled),
 		aMidRun, delay.Round(time.Millisecond))
+}
+
+// lateDouble excuses two runs in one second only when the later started
+// Window or more into it (the case a loaded CI machine produced: runs
+// started 152 ms and 949 ms into one second, Window 500 ms).
+func TestLateDouble(t *testing.T) {
+	sec := time.Date(2026, 12, 4, 17, 54, 32, 0, time.UTC)
+	at := func(ms int) procEntry { return procEntry{Started: sec.Add(time.Duration(ms) * time.Millisecond)} }
+	window := 500 * time.Millisecond
+	for _, c := range []struct {
+		es   []procEntry
+		want bool
+	}{
+		{[]procEntry{at(152), at(949)}, true},
+		{[]procEntry{at(949), at(152)}, true},
+		{[]procEntry{at(10), at(499)}, false},
+		{[]procEntry{at(10), at(600), at(900)}, false},
+		{[]procEntry{at(600)}, false},
+	} {
+		if got := lateDouble(c.es, window); got != c.want {
+			t.Errorf("lateDouble(%v) = %v, want %v", c.es, got, c.want)
+		}
+	}
 }
