@@ -223,6 +223,17 @@ func TestApplicationRoleRunsTheReadme(t *testing.T) {
 		hint = n.Payload
 	}
 	waitFor(t, "Observe to see pod-b lead", func() bool { return sawLeader("pod-b", token2, "10.0.0.2:8080") })
+	// Leading and Observe tell of pod-b's term as soon as it is won; its
+	// Claim of the digest row commits after that (a loaded PostgreSQL 18
+	// run checked the column fence before it, and found pod-a's token
+	// still the fence, as it is until the claim).
+	waitFor(t, "pod-b to claim the digest row", func() bool {
+		var fence int64
+		if err := pool.QueryRow(ctx, `SELECT fence FROM digests WHERE name = 'daily'`).Scan(&fence); err != nil {
+			t.Fatal(err)
+		}
+		return fence == token2
+	})
 
 	// The three fence strengths refuse pod-a's old term.
 	if err := sqlfence.WithLease(ctx, pool, key, token1, publish(token1, "too late")); !errors.Is(err, sqlfence.ErrLeaseNotHeld) {
