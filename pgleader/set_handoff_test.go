@@ -180,7 +180,11 @@ func TestSetStopHandsOff(t *testing.T) {
 func TestSetPostgresStopHandsOff(t *testing.T) {
 	t.Parallel()
 	b, _ := newBackend(t)
-	spec := fastSpec("handoff")
+	// TTL 3 s, not fastSpec's 1 s: the stop's hand-off statement has
+	// ReleaseTimeout (TTL/12) to run, and 83 ms was too little on a
+	// machine running two make tests (CI at b515001: the statement was cut
+	// off, and r2's keys were left to expire).
+	spec := pgleader.Spec{Key: "handoff", TTL: 3 * time.Second}
 	handOffStop(t, b, spec, func(d time.Duration, cond func() bool) {
 		if cond == nil {
 			time.Sleep(d)
