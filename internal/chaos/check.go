@@ -685,14 +685,12 @@ func checkWithinLease(r *Report, events []Event, units []Unit, terms map[TermID]
 		seq  int
 	}
 	writes := map[key]Event{} // by term and seq: a lost unit's id may be drawn again
-	for _, e := range events {
-		if e.Kind == KindWrite && e.Result == OK {
-			writes[key{e.termID(), e.Seq}] = e
-		}
-	}
 	var stalls []Event
 	for _, e := range events {
-		if e.Kind == KindStall {
+		switch {
+		case e.Kind == KindWrite && e.Result == OK:
+			writes[key{e.termID(), e.Seq}] = e
+		case e.Kind == KindStall:
 			stalls = append(stalls, e)
 		}
 	}
