@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"iter"
 	"log/slog"
 	"maps"
@@ -219,7 +218,7 @@ type setRun struct {
 	nLive    int // terms in terms with no end reason yet
 	members  []SetMember
 	nMembers int
-	ticked   bool // a tick was answered: members and handed are known
+	ticks    int  // ticks answered, counted up to 2: after one, members and handed are known
 	handed   int  // terms handed to this replica, unconfirmed, at the last tick
 	hinted   int  // the campaign a hint on the set's name asked for since the last one
 	extra    int  // keys the others agreed this replica takes beyond its share
@@ -227,7 +226,7 @@ type setRun struct {
 	shedHold time.Time // no campaign before it, after stepping down from keys (see shed)
 	paceAt   time.Time // no campaign before it: CampaignEvery after one that won nothing, or a backoff
 	hintAt   time.Time // no campaign for a hint before it: as paceAt, after one a hint asked for
-	window   int       // where the next campaign's part of the keys starts (see startCampaign)
+	part     string    // the key the next campaign's part starts at; "" for this replica's home (see home)
 	idle     int       // parts in a row that won nothing, while a sweep of the keys is not done
 	failures int
 	// Which kinds of statement of this run were answered (see failFast).
@@ -263,8 +262,9 @@ func (r *setRun) loop() {
 	// Join first: the first tick renews nothing and records the member,
 	// so the first campaign already counts this replica.
 	r.renewT, r.tickAt = time.NewTimer(0), time.Now()
-	// The first campaign waits CampaignEvery, so the replicas that start
-	// together have joined: each counts them all and takes its share.
+	// The first campaign waits CampaignEvery and the second tick, so the
+	// replicas that start together have joined: each counts them all,
+	// knows its place among them, and takes its share from its home.
 	r.paceAt = time.Now().Add(s.spec.CampaignEvery)
 	r.hintAt = r.paceAt
 	r.campaignT = time.NewTimer(time.Hour)
@@ -506,10 +506,16 @@ func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, term
 	s.mu.Lock()
 	s.status.LastRenewSent = sent
 	s.mu.Unlock()
-	r.members, r.handed, r.ticked = d.Members, d.Handed, true
+	r.members, r.handed, r.ticks = d.Members, d.Handed, min(r.ticks+1, 2)
 	r.nMembers = max(len(d.Members), 1)
+	next := sent.Add(s.spec.RenewEvery)
+	if r.ticks == 1 {
+		// The second tick comes as the first campaign may start, and
+		// tells which members joined meanwhile (see home).
+		next = sent.Add(min(s.spec.CampaignEvery, s.spec.RenewEvery))
+	}
 	if !r.stopping {
-		r.armRenew(sent.Add(s.spec.RenewEvery))
+		r.armRenew(next)
 		r.rebalance()
 		r.schedule()
 	}
@@ -554,9 +560,9 @@ func (r *setRun) candidates() []string {
 }
 
 // startCampaign sends one campaign, if one may take anything, for the keys
-// this replica does not hold (at most campaignBudget of them, a part that
-// moves on at each campaign), bounded by the yield instant of the terms it
-// would start.
+// this replica does not hold (at most campaignBudget of them, from the
+// key its part starts at up to the last key, see home), bounded by the
+// yield instant of the terms it would start.
 func (r *setRun) startCampaign() {
 	s := r.s
 	if r.campaigning || r.stopping {
@@ -585,20 +591,22 @@ func (r *setRun) startCampaign() {
 	if want == confirmOnly {
 		keys = nil
 	}
-	sweep := 1
-	if len(keys) > campaignBudget {
-		sweep = ceilDiv(len(keys), campaignBudget)
-		// Replicas start their parts apart, so that at a cold start they
-		// do not all ask for the same keys first.
-		if r.window == 0 {
-			r.window = int(crc32.ChecksumIEEE([]byte(s.opts.Owner)))
+	sweep, next := 1, ""
+	if len(keys) > 0 {
+		if r.part == "" {
+			r.part = r.home()
 		}
-		from := r.window % len(keys)
-		r.window = from + campaignBudget
-		if to := from + campaignBudget; to <= len(keys) {
-			keys = keys[from:to]
-		} else {
-			keys = slices.Concat(keys[from:], keys[:to-len(keys)])
+		from, _ := slices.BinarySearch(keys, r.part)
+		if from == len(keys) {
+			from = 0
+		}
+		if from > 0 || len(keys) > campaignBudget {
+			// A sweep of parts that never wrap past the last key: the
+			// statement takes free keys in key order, so a wrapped part
+			// would take the first keys, another replica's home, first.
+			sweep = ceilDiv(len(keys), campaignBudget) + 1
+			keys = keys[from:min(from+campaignBudget, len(keys))]
+			next = keys[len(keys)-1] + "\x00"
 		}
 	}
 	extra := r.extra
@@ -617,7 +625,7 @@ func (r *setRun) startCampaign() {
 			}
 			if err != nil {
 				r.done <- func() {
-					r.campaigned(time.Time{}, nil, 0, false, byHint, 1, fmt.Errorf("pgleader: FenceFloors: %w", err))
+					r.campaigned(time.Time{}, nil, 0, false, byHint, 1, "", fmt.Errorf("pgleader: FenceFloors: %w", err))
 				}
 				return
 			}
@@ -627,11 +635,11 @@ func (r *setRun) startCampaign() {
 		ctx, cancel := context.WithDeadline(r.ctx, s.spec.yieldAt(sent))
 		defer cancel()
 		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra, total, confirm)
-		r.done <- func() { r.campaigned(sent, won, members, len(keys) == 0, byHint, sweep, err) }
+		r.done <- func() { r.campaigned(sent, won, members, len(keys) == 0, byHint, sweep, next, err) }
 	}()
 }
 
-func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming, byHint bool, sweep int, err error) {
+func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming, byHint bool, sweep int, next string, err error) {
 	s := r.s
 	r.campaigning = false
 	if err != nil {
@@ -669,10 +677,12 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 	}
 	switch {
 	case confirming: // sent no key: no part of a sweep
-	case len(won) > 0 || r.idle+1 >= sweep:
+	case len(won) > 0: // the next part starts where this one did
 		r.idle = 0
+	case r.idle+1 >= sweep: // the next sweep starts at home again
+		r.idle, r.part = 0, ""
 	default:
-		r.idle++
+		r.idle, r.part = r.idle+1, next
 		pace = 0
 	}
 	if at := time.Now().Add(pace - jitter(pace/10)); byHint {

@@ -2,6 +2,7 @@ package pgleader_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -270,8 +271,9 @@ func TestSetTicksForSlowCampaign(t *testing.T) {
 
 // TestSetForgedHintFlood: hints forged on the set's name every 10 ms, half
 // claiming keys freed and half keys handed, cost a replica at its share at
-// most one sweep of its parts (here 3 parts of 10 keys) and ten campaigns
-// that send no key per CampaignEvery; the set keeps its keys. (With the
+// most one sweep of its parts (here 4: 30 keys in parts of 10 that start
+// at its home and never wrap past the last key) and ten campaigns that
+// send no key per CampaignEvery; the set keeps its keys. (With the
 // sweep counting confirmations as parts, every hint cost a campaign.)
 func TestSetForgedHintFlood(t *testing.T) {
 	defer pgleader.SetCampaignBudget(10)()
@@ -301,6 +303,7 @@ func TestSetForgedHintFlood(t *testing.T) {
 		}
 		synctest.Wait()
 		periods := int(flood/spec.CampaignEvery) + 1 // and one for the flood's edges
+		const sweep = 30/10 + 1
 		for i, v := range views {
 			v.mu.Lock()
 			parts, confirms := 0, 0
@@ -312,11 +315,11 @@ func TestSetForgedHintFlood(t *testing.T) {
 				}
 			}
 			v.mu.Unlock()
-			if parts > 3*periods || confirms > 10*periods {
+			if parts > sweep*periods || confirms > 10*periods {
 				t.Errorf("replica %d: %d campaigns with keys and %d without in %v of forged hints; want at most %d and %d",
-					i, parts, confirms, flood, 3*periods, 10*periods)
+					i, parts, confirms, flood, sweep*periods, 10*periods)
 			}
-			t.Logf("replica %d: %d campaigns with keys, %d without (bounds %d, %d)", i, parts, confirms, 3*periods, 10*periods)
+			t.Logf("replica %d: %d campaigns with keys, %d without (bounds %d, %d)", i, parts, confirms, sweep*periods, 10*periods)
 		}
 		if h := held(sets...); h[0] != 30 || h[1] != 30 {
 			t.Errorf("held %v after the flood; want 30 each", h)
@@ -325,4 +328,42 @@ func TestSetForgedHintFlood(t *testing.T) {
 			s.stop(t)
 		}
 	})
+}
+
+// TestSetColdStartHomes: replicas that start together each take their
+// share from their own run of the sorted keys (the run whose place is the
+// replica's among the owners, sorted) with their first campaigns, so no
+// campaign asks first for keys another takes: with every key in one part,
+// and with parts of 40 keys.
+func TestSetColdStartHomes(t *testing.T) {
+	for _, budget := range []int{0, 40} {
+		t.Run(fmt.Sprintf("budget=%d", budget), func(t *testing.T) {
+			if budget > 0 {
+				defer pgleader.SetCampaignBudget(budget)()
+			}
+			synctest.Test(t, func(t *testing.T) {
+				b := pgleadertest.NewBackend()
+				keys := keyNames("k", 300)
+				sets := startReplicas(t, keys, b, b, b)
+				spec := sets[0].set.Spec()
+				time.Sleep(spec.CampaignEvery + 100*time.Millisecond)
+				synctest.Wait()
+				for i, r := range sets {
+					var got []string
+					for _, term := range r.set.Terms() {
+						got = append(got, term.Key())
+					}
+					if want := keys[100*i : 100*i+100]; !slices.Equal(got, want) {
+						t.Errorf("r%d holds %d keys (%v ...) after the first campaigns; want its run %s to %s", i, len(got), got[:min(3, len(got))], want[0], want[99])
+					}
+				}
+				if n := countOps(b, pgleadertest.OpAcquireSet, ""); n > 9 {
+					t.Errorf("%d campaigns; want at most 9 (three parts each)", n)
+				}
+				for _, r := range sets {
+					r.stop(t)
+				}
+			})
+		})
+	}
 }

@@ -2,6 +2,7 @@ package pgleader
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -19,6 +20,36 @@ import (
 // 100,000 keys over three replicas a survivor of a crash finds the dead
 // member's keys in the first part, and takes them in two campaigns.
 var campaignBudget = 50000
+
+// home is the key this replica's campaigns start at, at the start of a
+// sweep of its parts: with the set's keys sorted and cut into as many runs
+// of equal length as there are live members, the first key of the run
+// whose place is this replica's among the members' owners, sorted. At a
+// cold start the members' campaigns then ask for keys no other member asks
+// for first, and each takes its share from its own run: a statement takes
+// free keys in key order and skips the rows another holds locked, but
+// campaigns that all began at the same key would each win what the others
+// had just taken, or nothing. Before the first tick the members are not
+// known (the run's first campaign waits for its second tick, which is
+// sent as that campaign may start): the first key.
+func (r *setRun) home() string {
+	now := time.Now()
+	owners := []string{r.s.opts.Owner}
+	for _, mb := range r.members {
+		if mb.Owner != r.s.opts.Owner && mb.Expires.After(now) {
+			owners = append(owners, mb.Owner)
+		}
+	}
+	slices.Sort(owners)
+	i := slices.Index(owners, r.s.opts.Owner)
+	if i == 0 {
+		return ""
+	}
+	r.s.mu.Lock()
+	keys := slices.Sorted(maps.Keys(r.s.keys))
+	r.s.mu.Unlock()
+	return keys[i*len(keys)/len(owners)]
+}
 
 // A campaign takes free keys (and confirms the terms handed to this
 // replica), or only confirms those, sending no key.
@@ -45,7 +76,7 @@ func (r *setRun) wantCampaign(now time.Time) int {
 		}
 	}
 	switch {
-	case !r.ticked || r.extra > 0 || (held < ceilDiv(n, m) && held+others < n):
+	case r.ticks == 0 || r.extra > 0 || (held < ceilDiv(n, m) && held+others < n):
 		return fullCampaign
 	case r.handed > 0:
 		return max(r.hinted, confirmOnly)
@@ -64,9 +95,10 @@ func (r *setRun) gate() time.Time {
 
 // schedule arms the campaign timer: at once if a campaign may take
 // anything (but not before gate), else at the instant the first other
-// member's row lapses, when its keys may be free.
+// member's row lapses, when its keys may be free; not before the run's
+// second tick is answered.
 func (r *setRun) schedule() {
-	if r.campaigning || r.stopping {
+	if r.campaigning || r.stopping || r.ticks < 2 {
 		return
 	}
 	now := time.Now()
