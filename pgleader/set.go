@@ -218,10 +218,10 @@ type setRun struct {
 	nLive    int // terms in terms with no end reason yet
 	members  []SetMember
 	nMembers int
-	ticks    int  // ticks answered, counted up to 2: after one, members and handed are known
-	handed   int  // terms handed to this replica, unconfirmed, at the last tick
-	hinted   int  // the campaign a hint on the set's name asked for since the last one
-	extra    int  // keys the others agreed this replica takes beyond its share
+	ticks    int // ticks answered, counted up to 2: after one, members and handed are known
+	handed   int // terms handed to this replica, unconfirmed, at the last tick
+	hinted   int // the campaign a hint on the set's name asked for since the last one
+	extra    int // keys the others agreed this replica takes beyond its share
 	freeSeen bool
 	shedHold time.Time // no campaign before it, after stepping down from keys (see shed)
 	paceAt   time.Time // no campaign before it: CampaignEvery after one that won nothing, or a backoff
