@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -227,6 +228,7 @@ type setRun struct {
 	paceAt   time.Time // no campaign before it: CampaignEvery after one that won nothing, or a backoff
 	hintAt   time.Time // no campaign for a hint before it: as paceAt, after one a hint asked for
 	part     string    // the key the next campaign's part starts at; "" for this replica's home (see home)
+	homeOf   string    // the members' owners when part was set to the home
 	idle     int       // parts in a row that won nothing, while a sweep of the keys is not done
 	failures int
 	// Which kinds of statement of this run were answered (see failFast).
@@ -593,8 +595,10 @@ func (r *setRun) startCampaign() {
 	}
 	sweep, next := 1, ""
 	if len(keys) > 0 {
-		if r.part == "" {
-			r.part = r.home()
+		// A sweep starts at home again when the members changed.
+		if owners := strings.Join(r.owners(now), "\x00"); owners != r.homeOf || r.part == "" {
+			r.homeOf, r.part = owners, r.home(r.owners(now))
+			r.idle = 0
 		}
 		from, _ := slices.BinarySearch(keys, r.part)
 		if from == len(keys) {

@@ -13,18 +13,32 @@ import (
 	"github.com/pgleader/pgleader/pgleader/pgleadertest"
 )
 
-// campaignSizes records how many keys each campaign sent.
+// campaignSizes records how many keys each campaign sent, and for the
+// campaigns that sent keys, who sent them and how many it won.
 type campaignSizes struct {
 	pgleader.SetBackend
 	mu    sync.Mutex
 	sizes []int
+	parts []campaignPart
+}
+
+type campaignPart struct {
+	owner     string
+	sent, won int
+	err       error
 }
 
 func (c *campaignSizes) AcquireSet(ctx context.Context, set, owner string, keys []string, floors []int64, ttl time.Duration, held, extra, total int, confirm []string) ([]pgleader.Lease, int, error) {
 	c.mu.Lock()
 	c.sizes = append(c.sizes, len(keys))
 	c.mu.Unlock()
-	return c.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
+	won, members, err := c.SetBackend.AcquireSet(ctx, set, owner, keys, floors, ttl, held, extra, total, confirm)
+	if len(keys) > 0 {
+		c.mu.Lock()
+		c.parts = append(c.parts, campaignPart{owner, len(keys), len(won), err})
+		c.mu.Unlock()
+	}
+	return won, members, err
 }
 
 // TestSetCampaignsInParts: a set with more keys than one campaign may send
@@ -366,4 +380,52 @@ func TestSetColdStartHomes(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSetDeathSplitsByHome: after a member's death the survivors split its
+// keys by their homes among the members left, each asking first for keys
+// the other does not (the homes are worked out again when the members
+// change): with three replicas on 300 keys, in parts of 40, the death of
+// the middle one leaves the first holding keys 0-149 and the last 150-299,
+// each having won every campaign it sent for them.
+func TestSetDeathSplitsByHome(t *testing.T) {
+	defer pgleader.SetCampaignBudget(40)()
+	synctest.Test(t, func(t *testing.T) {
+		b := &campaignSizes{SetBackend: pgleadertest.NewBackend()}
+		views := []*crashable{{SetBackend: b}, {SetBackend: b}, {SetBackend: b}}
+		keys := keyNames("k", 300)
+		sets := startReplicas(t, keys, views[0], views[1], views[2])
+		time.Sleep(12 * time.Second)
+		synctest.Wait()
+		if h := held(sets...); h[0] != 100 || h[1] != 100 || h[2] != 100 {
+			t.Fatalf("held %v; want 100 each", h)
+		}
+		spec := sets[0].set.Spec()
+		b.mu.Lock()
+		since := len(b.parts)
+		b.mu.Unlock()
+		views[1].dead.Store(true)
+		time.Sleep(2 * spec.TTL)
+		synctest.Wait()
+		for i, want := range map[int][]string{0: keys[:150], 2: keys[150:]} {
+			var got []string
+			for _, term := range sets[i].set.Terms() {
+				got = append(got, term.Key())
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("r%d holds %d keys (%v ...) after r1's death; want %s to %s", i, len(got), got[:min(3, len(got))], want[0], want[len(want)-1])
+			}
+		}
+		b.mu.Lock()
+		for _, p := range b.parts[since:] {
+			if p.owner != "r1" && p.won == 0 {
+				t.Errorf("%s's campaign for %d keys won nothing (err %v); want every campaign after the death to win", p.owner, p.sent, p.err)
+			}
+		}
+		b.mu.Unlock()
+		views[1].dead.Store(false)
+		for _, s := range sets {
+			s.stop(t)
+		}
+	})
 }

@@ -24,16 +24,29 @@ var campaignBudget = 50000
 // home is the key this replica's campaigns start at, at the start of a
 // sweep of its parts: with the set's keys sorted and cut into as many runs
 // of equal length as there are live members, the first key of the run
-// whose place is this replica's among the members' owners, sorted. At a
-// cold start the members' campaigns then ask for keys no other member asks
-// for first, and each takes its share from its own run: a statement takes
-// free keys in key order and skips the rows another holds locked, but
-// campaigns that all began at the same key would each win what the others
-// had just taken, or nothing. Before the first tick the members are not
-// known (the run's first campaign waits for its second tick, which is
-// sent as that campaign may start): the first key.
-func (r *setRun) home() string {
-	now := time.Now()
+// whose place is this replica's among the members' owners, sorted (see
+// owners). At a cold start the members' campaigns then ask for keys no
+// other member asks for first, and each takes its share from its own run;
+// after a member's death the survivors split its keys the same way. A
+// statement takes free keys in key order and skips the rows another holds
+// locked, but campaigns that all began at the same key would each win what
+// the others had just taken, or nothing.
+func (r *setRun) home(owners []string) string {
+	i := slices.Index(owners, r.s.opts.Owner)
+	if i <= 0 {
+		return ""
+	}
+	r.s.mu.Lock()
+	keys := slices.Sorted(maps.Keys(r.s.keys))
+	r.s.mu.Unlock()
+	return keys[i*len(keys)/len(owners)]
+}
+
+// owners returns the owners of the members live at now, as the last tick
+// told them, and this replica's, sorted. Before the first tick they are
+// not known (the run's first campaign waits for its second tick, which is
+// sent as that campaign may start): this replica's alone.
+func (r *setRun) owners(now time.Time) []string {
 	owners := []string{r.s.opts.Owner}
 	for _, mb := range r.members {
 		if mb.Owner != r.s.opts.Owner && mb.Expires.After(now) {
@@ -41,14 +54,7 @@ func (r *setRun) home() string {
 		}
 	}
 	slices.Sort(owners)
-	i := slices.Index(owners, r.s.opts.Owner)
-	if i == 0 {
-		return ""
-	}
-	r.s.mu.Lock()
-	keys := slices.Sorted(maps.Keys(r.s.keys))
-	r.s.mu.Unlock()
-	return keys[i*len(keys)/len(owners)]
+	return owners
 }
 
 // A campaign takes free keys (and confirms the terms handed to this
