@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -227,8 +226,10 @@ type setRun struct {
 	shedHold time.Time // no campaign before it, after stepping down from keys (see shed)
 	paceAt   time.Time // no campaign before it: CampaignEvery after one that won nothing, or a backoff
 	hintAt   time.Time // no campaign for a hint before it: as paceAt, after one a hint asked for
-	part     string    // the key the next campaign's part starts at; "" for this replica's home (see home)
-	homeOf   string    // the members' owners when part was set to the home
+	inSweep  bool      // a sweep of the parts is under way (see nextPart)
+	part     string    // the key the next campaign's part starts at
+	partEnd  string    // and the key it ends before, if not the budget's end: the home's end
+	homeOf   string    // the members' owners the sweep's home was worked out for
 	idle     int       // parts in a row that won nothing, while a sweep of the keys is not done
 	failures int
 	// Which kinds of statement of this run were answered (see failFast).
@@ -595,23 +596,7 @@ func (r *setRun) startCampaign() {
 	}
 	sweep, next := 1, ""
 	if len(keys) > 0 {
-		// A sweep starts at home again when the members changed.
-		if owners := strings.Join(r.owners(now), "\x00"); owners != r.homeOf || r.part == "" {
-			r.homeOf, r.part = owners, r.home(r.owners(now))
-			r.idle = 0
-		}
-		from, _ := slices.BinarySearch(keys, r.part)
-		if from == len(keys) {
-			from = 0
-		}
-		if from > 0 || len(keys) > campaignBudget {
-			// A sweep of parts that never wrap past the last key: the
-			// statement takes free keys in key order, so a wrapped part
-			// would take the first keys, another replica's home, first.
-			sweep = ceilDiv(len(keys), campaignBudget) + 1
-			keys = keys[from:min(from+campaignBudget, len(keys))]
-			next = keys[len(keys)-1] + "\x00"
-		}
+		keys, sweep, next = r.nextPart(keys, now)
 	}
 	extra := r.extra
 	r.campaigning = true
@@ -684,9 +669,9 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 	case len(won) > 0: // the next part starts where this one did
 		r.idle = 0
 	case r.idle+1 >= sweep: // the next sweep starts at home again
-		r.idle, r.part = 0, ""
+		r.idle, r.inSweep = 0, false
 	default:
-		r.idle, r.part = r.idle+1, next
+		r.idle, r.part, r.partEnd = r.idle+1, next, ""
 		pace = 0
 	}
 	if at := time.Now().Add(pace - jitter(pace/10)); byHint {

@@ -285,9 +285,9 @@ func TestSetTicksForSlowCampaign(t *testing.T) {
 
 // TestSetForgedHintFlood: hints forged on the set's name every 10 ms, half
 // claiming keys freed and half keys handed, cost a replica at its share at
-// most one sweep of its parts (here 4: 30 keys in parts of 10 that start
-// at its home and never wrap past the last key) and ten campaigns that
-// send no key per CampaignEvery; the set keeps its keys. (With the
+// most one sweep of its parts (here 5: its home, then 30 keys in parts of
+// 10 that never wrap past the last key) and ten campaigns that send no key
+// per CampaignEvery; the set keeps its keys. (With the
 // sweep counting confirmations as parts, every hint cost a campaign.)
 func TestSetForgedHintFlood(t *testing.T) {
 	defer pgleader.SetCampaignBudget(10)()
@@ -317,7 +317,7 @@ func TestSetForgedHintFlood(t *testing.T) {
 		}
 		synctest.Wait()
 		periods := int(flood/spec.CampaignEvery) + 1 // and one for the flood's edges
-		const sweep = 30/10 + 1
+		const sweep = 30/10 + 2
 		for i, v := range views {
 			v.mu.Lock()
 			parts, confirms := 0, 0
@@ -346,9 +346,9 @@ func TestSetForgedHintFlood(t *testing.T) {
 
 // TestSetColdStartHomes: replicas that start together each take their
 // share from their own run of the sorted keys (the run whose place is the
-// replica's among the owners, sorted) with their first campaigns, so no
-// campaign asks first for keys another takes: with every key in one part,
-// and with parts of 40 keys.
+// replica's among the owners, sorted) with their first campaigns, which
+// send no key beyond that run, so no campaign asks for keys another takes:
+// with a budget above the home's size, and with parts of 40 keys.
 func TestSetColdStartHomes(t *testing.T) {
 	for _, budget := range []int{0, 40} {
 		t.Run(fmt.Sprintf("budget=%d", budget), func(t *testing.T) {
@@ -357,11 +357,19 @@ func TestSetColdStartHomes(t *testing.T) {
 			}
 			synctest.Test(t, func(t *testing.T) {
 				b := pgleadertest.NewBackend()
+				view := &campaignSizes{SetBackend: b}
 				keys := keyNames("k", 300)
-				sets := startReplicas(t, keys, b, b, b)
+				sets := startReplicas(t, keys, view, view, view)
 				spec := sets[0].set.Spec()
 				time.Sleep(spec.CampaignEvery + 100*time.Millisecond)
 				synctest.Wait()
+				view.mu.Lock()
+				for _, p := range view.parts {
+					if p.sent > 100 {
+						t.Errorf("%s's campaign sent %d keys; want at most its home's 100", p.owner, p.sent)
+					}
+				}
+				view.mu.Unlock()
 				for i, r := range sets {
 					var got []string
 					for _, term := range r.set.Terms() {
@@ -424,6 +432,44 @@ func TestSetDeathSplitsByHome(t *testing.T) {
 		}
 		b.mu.Unlock()
 		views[1].dead.Store(false)
+		for _, s := range sets {
+			s.stop(t)
+		}
+	})
+}
+
+// TestSetNoShedWhileKeysFree: a member at the ceiling of its share does not
+// step down from a key for a member two or more below while keys are free
+// (that member takes a free key instead). At a cold start of 100 keys over
+// three replicas the last, whose home holds 34 keys (the ceiling), wins
+// them first and ticks while the others, whose campaigns are slow, hold
+// none as far as it knows: it keeps all 34.
+func TestSetNoShedWhileKeysFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		slow := &slowCampaigns{SetBackend: b, delay: 2500 * time.Millisecond}
+		keys := keyNames("k", 100)
+		var mu sync.Mutex
+		ended := 0
+		sets := startReplicas(t, keys, slow, slow)
+		sets = append(sets, startSet(t, b, setSpec("s"), keys, pgleader.SetOptions{Owner: "r2", Lead: quickBody,
+			Observer: pgleader.ObserverFunc(func(o pgleader.Observation) {
+				if o.Kind == pgleader.ObserveTermEnded {
+					mu.Lock()
+					ended++
+					mu.Unlock()
+				}
+			})}))
+		time.Sleep(12 * time.Second)
+		synctest.Wait()
+		if h := held(sets...); h[0] != 33 || h[1] != 33 || h[2] != 34 {
+			t.Errorf("held %v; want 33, 33 and 34 (each its home)", h)
+		}
+		mu.Lock()
+		if ended != 0 {
+			t.Errorf("r2 ended %d terms in the cold start; want none", ended)
+		}
+		mu.Unlock()
 		for _, s := range sets {
 			s.stop(t)
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pgleader/pgleader/internal/lifecycle"
@@ -21,25 +22,72 @@ import (
 // member's keys in the first part, and takes them in two campaigns.
 var campaignBudget = 50000
 
-// home is the key this replica's campaigns start at, at the start of a
-// sweep of its parts: with the set's keys sorted and cut into as many runs
-// of equal length as there are live members, the first key of the run
-// whose place is this replica's among the members' owners, sorted (see
-// owners). At a cold start the members' campaigns then ask for keys no
-// other member asks for first, and each takes its share from its own run;
-// after a member's death the survivors split its keys the same way. A
-// statement takes free keys in key order and skips the rows another holds
-// locked, but campaigns that all began at the same key would each win what
-// the others had just taken, or nothing.
-func (r *setRun) home(owners []string) string {
-	i := slices.Index(owners, r.s.opts.Owner)
-	if i <= 0 {
-		return ""
+// nextPart returns the part of keys (the keys this replica does not hold,
+// sorted) that the next campaign sends, how many parts a sweep of keys
+// takes, and the key the part after this one starts at. A sweep starts
+// with this replica's home (see home), and goes on from the home's end in
+// parts of at most campaignBudget keys that never wrap past the last key:
+// the statement takes free keys in key order, so a wrapped part would take
+// the first keys, another replica's home, first. A part that won keys is
+// sent again (its keys won are no longer among keys); one that won
+// nothing moves the sweep on; a sweep starts at home again when it is done
+// or the members changed.
+func (r *setRun) nextPart(keys []string, now time.Time) (part []string, sweep int, next string) {
+	owners := r.owners(now)
+	if o := strings.Join(owners, "\x00"); o != r.homeOf || !r.inSweep {
+		r.homeOf, r.inSweep, r.idle = o, true, 0
+		r.part, r.partEnd = r.home(owners)
 	}
+	from, to := r.bounds(keys)
+	if from == to { // nothing of the home left to ask for: on to the part after it
+		r.part, r.partEnd = r.partEnd, ""
+		from, to = r.bounds(keys)
+	}
+	to = min(to, from+campaignBudget)
+	if from == 0 && to == len(keys) {
+		return keys, 1, ""
+	}
+	return keys[from:to], ceilDiv(len(keys), campaignBudget) + 2, keys[to-1] + "\x00"
+}
+
+// bounds returns where the part from r.part to r.partEnd lies in keys: a
+// part past the last key starts again at the first, unless it is the
+// home's (then it is empty).
+func (r *setRun) bounds(keys []string) (from, to int) {
+	from, _ = slices.BinarySearch(keys, r.part)
+	to = len(keys)
+	if r.partEnd != "" {
+		to, _ = slices.BinarySearch(keys, r.partEnd)
+		return from, max(from, to)
+	}
+	if from == len(keys) {
+		from = 0
+	}
+	return from, to
+}
+
+// home returns the run of the set's keys that is this replica's: with
+// the keys sorted and cut into as many runs of equal length as there are
+// members (owners, sorted, as owners returns them), the run whose place
+// is this replica's among the owners; end is "" for the last run. At a
+// cold start the members' campaigns then ask for keys no other member asks
+// for, and each takes its share from its own run; after a member's death
+// the survivors split its keys the same way. Campaigns that all began at
+// the same key would each win what the others had just taken, or nothing,
+// and each key sent costs the statement time.
+func (r *setRun) home(owners []string) (start, end string) {
 	r.s.mu.Lock()
 	keys := slices.Sorted(maps.Keys(r.s.keys))
 	r.s.mu.Unlock()
-	return keys[i*len(keys)/len(owners)]
+	i, m := slices.Index(owners, r.s.opts.Owner), len(owners)
+	if len(keys) == 0 || i < 0 {
+		return "", ""
+	}
+	start = keys[i*len(keys)/m]
+	if i+1 < m {
+		end = keys[(i+1)*len(keys)/m]
+	}
+	return start, end
 }
 
 // owners returns the owners of the members live at now, as the last tick
@@ -160,9 +208,11 @@ func (r *setRun) rebalance() {
 	switch {
 	case held > share:
 		shed = min(held-share, deficit)
-	case held == share && n%m != 0:
-		// At the ceiling while someone is two or more below: one key moves,
-		// so no two members differ by more than one.
+	case held == share && n%m != 0 && total >= n:
+		// At the ceiling while someone is two or more below and no key is
+		// free (else that one takes a free key; counts can be a tick old
+		// while the members take their homes at a cold start): one key
+		// moves, so no two members differ by more than one.
 		for _, mb := range r.members {
 			if mb.Owner != s.opts.Owner && mb.Held <= held-2 {
 				shed = 1
