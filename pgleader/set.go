@@ -802,12 +802,16 @@ func (r *setRun) queueRelease(key string, token int64, handOff bool) {
 }
 
 // startRelease sends every queued release in one statement, unless one is
-// in flight; once Run's context is cancelled and no renewal or campaign is
-// in flight, such a statement also leaves the set's members.
+// in flight; once Run's context is cancelled, every term has ended and no
+// renewal or campaign is in flight, such a statement also leaves the set's
+// members.
 func (r *setRun) startRelease() {
 	// Leave only once no renewal or campaign is in flight: either would
-	// write this replica's member row again after the leave.
-	canLeave := r.stopping && !r.left && !r.renewing && !r.campaigning
+	// write this replica's member row again after the leave. And only with
+	// the last terms' hand-off: the others, counting one member fewer
+	// while this one still held its keys, would campaign for keys that are
+	// not free, and confirm those handed to them only after.
+	canLeave := r.stopping && !r.left && !r.renewing && !r.campaigning && len(r.terms) == 0
 	if r.sending || r.batching || (len(r.pending) == 0 && !canLeave) {
 		return
 	}

@@ -475,3 +475,59 @@ func TestSetNoShedWhileKeysFree(t *testing.T) {
 		}
 	})
 }
+
+// releaseCalls records each ReleaseSet: how many keys, and whether it left.
+type releaseCalls struct {
+	pgleader.SetBackend
+	mu    sync.Mutex
+	calls [][2]int // keys, leave (0 or 1)
+}
+
+func (c *releaseCalls) ReleaseSet(ctx context.Context, set, owner string, keys []string, tokens []int64, handOff []bool, leave bool) ([]bool, error) {
+	c.mu.Lock()
+	l := 0
+	if leave {
+		l = 1
+	}
+	c.calls = append(c.calls, [2]int{len(keys), l})
+	c.mu.Unlock()
+	return c.SetBackend.ReleaseSet(ctx, set, owner, keys, tokens, handOff, leave)
+}
+
+// TestSetLeavesWithItsHandOff: a stopping replica leaves the set's members
+// in the statement that hands off its last terms, not before: a leave sent
+// first had the others count one member fewer while it still held its
+// keys, and campaign for keys that were not free before confirming the
+// ones handed to them.
+func TestSetLeavesWithItsHandOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		rc := &releaseCalls{SetBackend: b}
+		sets := startReplicas(t, keyNames("k", 20), b, rc)
+		time.Sleep(12 * time.Second)
+		synctest.Wait()
+		if h := held(sets...); h[0] != 10 || h[1] != 10 {
+			t.Fatalf("held %v; want 10 each", h)
+		}
+		sets[1].stop(t)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		rc.mu.Lock()
+		calls := slices.Clone(rc.calls)
+		rc.mu.Unlock()
+		keys := 0
+		for i, c := range calls {
+			keys += c[0]
+			if c[1] == 1 && (i != len(calls)-1 || c[0] == 0) {
+				t.Errorf("release statements (keys, leave) %v: a leave before or without the last terms' hand-off", calls)
+			}
+		}
+		if len(calls) == 0 || calls[len(calls)-1][1] != 1 || keys != 10 {
+			t.Errorf("release statements (keys, leave) %v; want the 10 keys handed off, the last statement leaving", calls)
+		}
+		if h := held(sets[0]); h[0] != 20 {
+			t.Errorf("r0 held %d keys a second after r1's stop; want all 20", h[0])
+		}
+		sets[0].stop(t)
+	})
+}
