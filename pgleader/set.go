@@ -35,6 +35,7 @@ type Set struct {
 
 	mu     sync.Mutex
 	keys   map[string]struct{}
+	sorted []string // keys, sorted; nil after a change (see sortedKeys)
 	status SetStatus
 	live   map[string]*Term // terms with no end reason yet, for Terms
 }
@@ -94,6 +95,7 @@ func (s *Set) Add(keys ...string) error {
 	for _, k := range keys {
 		s.keys[k] = struct{}{}
 	}
+	s.sorted = nil
 	s.status.Keys = len(s.keys)
 	s.mu.Unlock()
 	s.poke()
@@ -108,6 +110,7 @@ func (s *Set) Remove(keys ...string) {
 	for _, k := range keys {
 		delete(s.keys, k)
 	}
+	s.sorted = nil
 	s.status.Keys = len(s.keys)
 	s.mu.Unlock()
 	s.poke()
@@ -124,7 +127,18 @@ func (s *Set) poke() {
 func (s *Set) Keys() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Sorted(maps.Keys(s.keys))
+	return slices.Clone(s.sortedKeys())
+}
+
+// sortedKeys returns the set's keys, sorted, kept until Add or Remove
+// changes them: each campaign walks them (sorting 100,000 keys took 35 to
+// 50 ms on the development VM, at the instant a dead member's keys lapse).
+// The caller holds s.mu and must not change the slice.
+func (s *Set) sortedKeys() []string {
+	if s.sorted == nil {
+		s.sorted = slices.Sorted(maps.Keys(s.keys))
+	}
+	return s.sorted
 }
 
 // Terms returns the live terms of this replica (won, not yet ending),
@@ -549,7 +563,7 @@ func (r *setRun) candidates() []string {
 	r.s.mu.Lock()
 	defer r.s.mu.Unlock()
 	var out []string
-	for k := range r.s.keys {
+	for _, k := range r.s.sortedKeys() {
 		if _, held := r.terms[k]; held {
 			continue
 		}
@@ -558,7 +572,6 @@ func (r *setRun) candidates() []string {
 		}
 		out = append(out, k)
 	}
-	slices.Sort(out)
 	return out
 }
 

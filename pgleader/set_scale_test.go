@@ -531,3 +531,25 @@ func TestSetLeavesWithItsHandOff(t *testing.T) {
 		sets[0].stop(t)
 	})
 }
+
+// TestSetKeysFollowAddRemove: Keys returns the keys sorted as Add and
+// Remove leave them (the Set keeps them sorted between changes), and a
+// caller's change to the slice returned does not reach the set.
+func TestSetKeysFollowAddRemove(t *testing.T) {
+	s, err := pgleader.NewSet(pgleadertest.NewBackend(), setSpec("s"), []string{"c", "a"}, pgleader.SetOptions{Owner: "o", Lead: quickBody})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Keys()
+	if !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("Keys() = %v; want [a c]", got)
+	}
+	got[0] = "z"
+	if err := s.Add("b", "d"); err != nil {
+		t.Fatal(err)
+	}
+	s.Remove("c")
+	if got := s.Keys(); !slices.Equal(got, []string{"a", "b", "d"}) {
+		t.Fatalf("Keys() after Add(b, d) and Remove(c) = %v; want [a b d]", got)
+	}
+}

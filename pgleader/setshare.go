@@ -2,7 +2,6 @@ package pgleader
 
 import (
 	"cmp"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -77,7 +76,7 @@ func (r *setRun) bounds(keys []string) (from, to int) {
 // and each key sent costs the statement time.
 func (r *setRun) home(owners []string) (start, end string) {
 	r.s.mu.Lock()
-	keys := slices.Sorted(maps.Keys(r.s.keys))
+	keys := r.s.sortedKeys() // not changed once Add or Remove replaces it
 	r.s.mu.Unlock()
 	i, m := slices.Index(owners, r.s.opts.Owner), len(owners)
 	if len(keys) == 0 || i < 0 {
