@@ -229,23 +229,24 @@ type setRun struct {
 	notes     map[lifecycle.Note]int
 	tm        *lifecycle.Timing // the terms' (see timing)
 
-	nLive    int // terms in terms with no end reason yet
-	members  []SetMember
-	nMembers int
-	ticks    int // ticks answered, counted up to 2: after one, members and handed are known
-	handed   int // terms handed to this replica, unconfirmed, at the last tick
-	hinted   int // the campaign a hint on the set's name asked for since the last one
-	extra    int // keys the others agreed this replica takes beyond its share
-	freeSeen bool
-	shedHold time.Time // no campaign before it, after stepping down from keys (see shed)
-	paceAt   time.Time // no campaign before it: CampaignEvery after one that won nothing, or a backoff
-	hintAt   time.Time // no campaign for a hint before it: as paceAt, after one a hint asked for
-	inSweep  bool      // a sweep of the parts is under way (see nextPart)
-	part     string    // the key the next campaign's part starts at
-	partEnd  string    // and the key it ends before, if not the budget's end: the home's end
-	homeOf   string    // the members' owners the sweep's home was worked out for
-	idle     int       // parts in a row that won nothing, while a sweep of the keys is not done
-	failures int
+	nLive     int // terms in terms with no end reason yet
+	members   []SetMember
+	nMembers  int
+	ticks     int // ticks answered, counted up to 2: after one, members and handed are known
+	handed    int // terms handed to this replica, unconfirmed, at the last tick
+	hinted    int // the campaign a hint on the set's name asked for since the last one
+	extra     int // keys the others agreed this replica takes beyond its share
+	freeSeen  bool
+	shedHold  time.Time // no campaign before it, after stepping down from keys (see shed)
+	paceAt    time.Time // no campaign before it: CampaignEvery after one that won nothing, or a backoff
+	hintAt    time.Time // no campaign for a hint before it: as paceAt, after one a hint asked for
+	inSweep   bool      // a sweep of the parts is under way (see nextPart)
+	fruitless fruitless // the last sweep won nothing, on these counts
+	part      string    // the key the next campaign's part starts at
+	partEnd   string    // and the key it ends before, if not the budget's end: the home's end
+	homeOf    string    // the members' owners the sweep's home was worked out for
+	idle      int       // parts in a row that won nothing, while a sweep of the keys is not done
+	failures  int
 	// Which kinds of statement of this run were answered (see failFast).
 	tickAnswered, campaignAnswered bool
 	fatal                          error // a Permanent error before its kind's first answer: Run returns it
@@ -524,6 +525,9 @@ func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, term
 	s.status.LastRenewSent = sent
 	s.mu.Unlock()
 	r.members, r.handed, r.ticks = d.Members, d.Handed, min(r.ticks+1, 2)
+	if sent.After(r.fruitless.at) {
+		r.fruitless = fruitless{} // counts newer than the fruitless sweep
+	}
 	r.nMembers = max(len(d.Members), 1)
 	next := sent.Add(s.spec.RenewEvery)
 	if r.ticks == 1 {
@@ -683,6 +687,8 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 		r.idle = 0
 	case r.idle+1 >= sweep: // the next sweep starts at home again
 		r.idle, r.inSweep = 0, false
+		_, others, m := r.view(time.Now())
+		r.fruitless = fruitless{set: true, at: time.Now(), others: others, m: m}
 	default:
 		r.idle, r.part, r.partEnd = r.idle+1, next, ""
 		pace = 0

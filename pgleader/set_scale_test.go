@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -552,4 +553,65 @@ func TestSetKeysFollowAddRemove(t *testing.T) {
 	if got := s.Keys(); !slices.Equal(got, []string{"a", "b", "d"}) {
 		t.Fatalf("Keys() after Add(b, d) and Remove(c) = %v; want [a b d]", got)
 	}
+}
+
+// staleCounts reports every other member as holding one key fewer than it
+// does, as a tick that is a moment old can.
+type staleCounts struct {
+	pgleader.SetBackend
+	owner string
+	on    atomic.Bool
+}
+
+func (c *staleCounts) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
+	d, err := c.SetBackend.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
+	for i := range d.Members {
+		if !c.on.Load() {
+			break
+		}
+		if d.Members[i].Owner != c.owner && d.Members[i].Held > 0 {
+			d.Members[i].Held--
+		}
+	}
+	return d, err
+}
+
+// TestSetFruitlessSweepWaitsForTick: a replica below its share whose ticks
+// show keys free that are not (31 keys held 11, 10, 10; one at 10 is
+// told the others hold 19 where they hold 21) sends at most one sweep of its parts
+// per tick, not one per CampaignEvery. Beside ticks of 33,333 keys such
+// sweeps of 50,000-key parts made the ticks outlast their deadline.
+func TestSetFruitlessSweepWaitsForTick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		keys := keyNames("k", 31)
+		var stale []*staleCounts
+		var views []pgleader.SetBackend
+		for i := range 3 {
+			stale = append(stale, &staleCounts{SetBackend: b, owner: fmt.Sprintf("r%d", i)})
+			views = append(views, stale[i])
+		}
+		sets := startReplicas(t, keys, views...)
+		time.Sleep(12 * time.Second)
+		synctest.Wait()
+		h := held(sets...)
+		low := slices.Index(h, 10)
+		if h[0]+h[1]+h[2] != 31 || low < 0 {
+			t.Fatalf("held %v; want 31 in all, 10 by one", h)
+		}
+		stale[low].on.Store(true)
+		owner := fmt.Sprintf("r%d", low)
+		campaigns, ticks := countOps(b, pgleadertest.OpAcquireSet, owner), countOps(b, pgleadertest.OpRenewSet, owner)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		campaigns, ticks = countOps(b, pgleadertest.OpAcquireSet, owner)-campaigns, countOps(b, pgleadertest.OpRenewSet, owner)-ticks
+		const sweep = 3 // its home, then the rest, split where it wraps
+		if campaigns > sweep*(ticks+1) {
+			t.Errorf("%s sent %d campaigns beside %d ticks in 20 s; want at most one sweep (%d) per tick", owner, campaigns, ticks, sweep)
+		}
+		t.Logf("%s: %d campaigns, %d ticks", owner, campaigns, ticks)
+		for _, s := range sets {
+			s.stop(t)
+		}
+	})
 }

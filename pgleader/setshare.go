@@ -115,27 +115,53 @@ const (
 // wantCampaign says which campaign may take anything, as far as the last
 // tick tells, with the members whose rows lapsed by now left out: a full
 // one before the first tick, with extra keys agreed on, below the share
-// while keys are free, or after a hint that keys were freed; one that only
-// confirms with terms handed to this replica, or after a hint that keys
-// were handed off.
+// while keys are free (but not again on the counts a sweep that won
+// nothing was sent on, see fruitless), or after a hint that keys were
+// freed; one that only confirms with terms handed to this replica, or
+// after a hint that keys were handed off.
 func (r *setRun) wantCampaign(now time.Time) int {
 	r.s.mu.Lock()
 	n := len(r.s.keys)
 	r.s.mu.Unlock()
-	held, others, m := len(r.terms)+len(r.releasing)+r.handed, 0, 1
-	for _, mb := range r.members {
-		if mb.Owner != r.s.opts.Owner && mb.Expires.After(now) {
-			others, m = others+mb.Held, m+1
-		}
-	}
+	held, others, m := r.view(now)
 	switch {
-	case r.ticks == 0 || r.extra > 0 || (held < ceilDiv(n, m) && held+others < n):
+	case r.ticks == 0 || r.extra > 0 || (held < ceilDiv(n, m) && held+others < n && !r.fruitless.same(others, m)):
 		return fullCampaign
 	case r.handed > 0:
 		return max(r.hinted, confirmOnly)
 	}
 	return r.hinted
 }
+
+// view returns the keys this replica holds (counting those handed to it),
+// those the other live members held at their last tick, and the number of
+// live members, this one included.
+func (r *setRun) view(now time.Time) (held, others, m int) {
+	held, m = len(r.terms)+len(r.releasing)+r.handed, 1
+	for _, mb := range r.members {
+		if mb.Owner != r.s.opts.Owner && mb.Expires.After(now) {
+			others, m = others+mb.Held, m+1
+		}
+	}
+	return held, others, m
+}
+
+// fruitless records a sweep of the parts that won nothing: the others'
+// counts it was sent on, and when it ended. Counts a tick old can show
+// keys free that the others have just taken (at a cold start, for seconds,
+// while each takes its home); a replica one below the ceiling then swept
+// 50,000-key parts every CampaignEvery, and beside the ticks of 33,333
+// keys such sweeps made them outlast their deadline and every term was
+// lost. It campaigns on such counts again only once a tick sent after the
+// sweep was answered, or the live members or their counts changed (a
+// member's row lapsed): at most one such sweep per RenewEvery.
+type fruitless struct {
+	set       bool
+	at        time.Time
+	others, m int
+}
+
+func (f fruitless) same(others, m int) bool { return f.set && others == f.others && m == f.m }
 
 // gate is the earliest instant of the next campaign: paceAt, or hintAt
 // for one a hint asks for, and never before shedHold.
