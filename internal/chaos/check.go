@@ -146,7 +146,11 @@ type termSpan struct {
 	// released and wiped are when its row was released or deleted; zero
 	// if never.
 	released, wiped time.Time
-	audited         bool // the lease table recorded its acquisition
+	// freed is when the server freed its row after the row's expiry by
+	// its own record (the token epoch's move): not an end of the term,
+	// whose lease may run on by renewals lost in a failover.
+	freed   time.Time
+	audited bool // the lease table recorded its acquisition
 	// began is when the audit recorded its acquisition (the acquiring
 	// statement's clock after it wrote the row), zero if not audited.
 	began time.Time
@@ -469,6 +473,15 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 			switch {
 			case c.Op == "DELETE":
 				cur.wiped = c.At
+			case c.NewHolder == "" && !c.At.Before(c.OldExpires):
+				// The server freed a row that had expired by its own
+				// record: the token epoch's move after a promotion frees
+				// every expired row. That is not the holder's release:
+				// its term runs to the expiry its replica was told of,
+				// which counts renewals lost with the failed primary (the
+				// holder may write until its yield, docs/ha.md; the grace
+				// keeps every other term off the row until then).
+				cur.freed = c.At
 			case c.NewHolder == "":
 				cur.released = c.At
 			case newID != oldID && c.HandedOff:
@@ -491,7 +504,7 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 		}
 		if n, ok := order[c.Server]; ok {
 			row := surviving{server: n, at: c.At}
-			if cur != nil && cur.released.IsZero() && cur.wiped.IsZero() {
+			if cur != nil && cur.released.IsZero() && cur.wiped.IsZero() && cur.freed.IsZero() {
 				row.holder = cur
 			}
 			rows = append(rows, row)

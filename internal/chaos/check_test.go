@@ -767,3 +767,30 @@ func TestCheckCountsHandOffs(t *testing.T) {
 		t.Fatalf("HandOffs = %d, want 1", r.HandOffs)
 	}
 }
+
+// TestCheckLostRenewalThenEpochFree: a renews on pg1 and is told of an
+// expiry at 4000, but the renewal is lost when pg1 fails over; pg2 still
+// shows the lease expiring at 3000, and the token epoch's move frees the
+// expired row at 3100. a may write until its yield, as its replica was
+// told (docs/ha.md): a write at 3500 is within its lease, one at 4100 is
+// not.
+func TestCheckLostRenewalThenEpochFree(t *testing.T) {
+	t.Parallel()
+	build := func(last int) *story {
+		s := &story{server: "pg1"}
+		s.heal(0)
+		a := s.acquire("a", 1, 0)
+		a.write(10).renew(1000)
+		s.failover("pg2", 1500, 1600, 1700)
+		a.write(last)
+		s.tables.Changes = []chaos.LeaseChange{
+			{ID: 1, Op: "INSERT", At: ms(0), NewHolder: "a", NewToken: 1, NewAcquired: ms(0), NewExpires: ms(3000), Server: "pg1"},
+			{ID: 2, Op: "UPDATE", At: ms(3100), OldHolder: "a", OldToken: 1, OldAcquired: ms(0), OldExpires: ms(3000), Server: "pg2"},
+		}
+		return s
+	}
+	if r := build(3500).check(); !r.OK() {
+		t.Fatalf("a write within the lease its replica was told of, after the epoch freed the row pg2 saw as expired: %v", r.Violations)
+	}
+	expect(t, build(4100).check(), chaos.PropWithinLease, "after its lease ended at")
+}
