@@ -785,6 +785,9 @@ CREATE OR REPLACE FUNCTION pgleader.acquire_many(p_keys text[], p_owner text, p_
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -1885,6 +1888,9 @@ CREATE OR REPLACE FUNCTION pgleader.set_acquire(p_set text, p_owner text, p_keys
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
 AS $function$
 #variable_conflict use_column
 DECLARE
