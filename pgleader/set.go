@@ -525,7 +525,7 @@ func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, term
 	s.status.LastRenewSent = sent
 	s.mu.Unlock()
 	r.members, r.handed, r.ticks = d.Members, d.Handed, min(r.ticks+1, 2)
-	if sent.After(r.fruitless.at) {
+	if !r.fruitless.stale(sent, d.Members, s.spec.TTL, time.Now()) {
 		r.fruitless = fruitless{} // counts newer than the fruitless sweep
 	}
 	r.nMembers = max(len(d.Members), 1)
@@ -687,8 +687,14 @@ func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming
 		r.idle = 0
 	case r.idle+1 >= sweep: // the next sweep starts at home again
 		r.idle, r.inSweep = 0, false
-		_, others, m := r.view(time.Now())
-		r.fruitless = fruitless{set: true, at: time.Now(), others: others, m: m}
+		now := time.Now()
+		_, others, m := r.view(now)
+		r.fruitless = fruitless{set: true, at: now, others: others, m: m}
+		for _, mb := range r.members {
+			if mb.Owner != s.opts.Owner && mb.Expires.After(now) {
+				r.fruitless.seen = append(r.fruitless.seen, mb)
+			}
+		}
 	default:
 		r.idle, r.part, r.partEnd = r.idle+1, next, ""
 		pace = 0

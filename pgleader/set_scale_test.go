@@ -615,3 +615,77 @@ func TestSetFruitlessSweepWaitsForTick(t *testing.T) {
 		}
 	})
 }
+
+// undercount reports the member victim as holding one key fewer than its
+// row says, as a tick it sent just before it won one more does.
+type undercount struct {
+	pgleader.SetBackend
+	victim string
+	on     *atomic.Bool
+}
+
+func (c *undercount) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {
+	d, err := c.SetBackend.RenewSet(ctx, set, owner, keys, tokens, ttl, held)
+	for i := range d.Members {
+		if c.on.Load() && d.Members[i].Owner == c.victim && d.Members[i].Held > 0 {
+			d.Members[i].Held--
+		}
+	}
+	return d, err
+}
+
+// TestSetDeadMemberSweptOnce: a member dies after a tick that counted one
+// key fewer than it held, so the survivors' counts show a key free that is
+// not, until its row lapses. Each survivor sweeps its parts for that key
+// once, not once per tick: the dead member's row is never renewed, so the
+// counts cannot get newer until it lapses. (A bench run at 100,000 keys had
+// both survivors sweep 50,000-key parts every RenewEvery until the lapse,
+// beside their ticks and right before the take.) Its keys are then taken.
+func TestSetDeadMemberSweptOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pgleadertest.NewBackend()
+		keys := keyNames("k", 31)
+		var on atomic.Bool
+		dying := &crashable{SetBackend: b}
+		sets := startReplicas(t, keys, &undercount{SetBackend: b, victim: "r2", on: &on},
+			&undercount{SetBackend: b, victim: "r2", on: &on}, dying)
+		time.Sleep(12 * time.Second)
+		synctest.Wait()
+		if h := held(sets...); h[0]+h[1]+h[2] != 31 {
+			t.Fatalf("held %v; want all 31", h)
+		}
+		spec := sets[0].set.Spec()
+		on.Store(true)
+		dying.dead.Store(true)
+		var lastTick time.Time
+		for _, e := range b.History() {
+			if e.Op == pgleadertest.OpRenewSet && e.Owner == "r2" {
+				lastTick = e.At
+			}
+		}
+		before := []int{countOps(b, pgleadertest.OpAcquireSet, "r0"), countOps(b, pgleadertest.OpAcquireSet, "r1")}
+		died := time.Now()
+		time.Sleep(time.Until(lastTick.Add(spec.TTL - 100*time.Millisecond)))
+		synctest.Wait()
+		const sweep = 3 // its home, then the rest, split where it wraps
+		for i, n := range before {
+			owner := fmt.Sprintf("r%d", i)
+			t.Logf("%s: %d campaigns; held %v", owner, countOps(b, pgleadertest.OpAcquireSet, owner)-n, held(sets...))
+			if c := countOps(b, pgleadertest.OpAcquireSet, owner) - n; c > sweep {
+				t.Errorf("%s sent %d campaigns in the %v between r2's death and its row's lapse; want one sweep at most (%d)",
+					owner, c, time.Since(died), sweep)
+			}
+		}
+		time.Sleep(2 * spec.TTL)
+		synctest.Wait()
+		if h := held(sets[:2]...); h[0]+h[1] != 31 {
+			t.Errorf("the survivors hold %v after the lapse; want all 31", h)
+		}
+		on.Store(false)
+		dying.dead.Store(false)
+		for _, s := range sets {
+			s.stop(t)
+		}
+		assertNoOverlap(t, b)
+	})
+}

@@ -147,21 +147,48 @@ func (r *setRun) view(now time.Time) (held, others, m int) {
 }
 
 // fruitless records a sweep of the parts that won nothing: the others'
-// counts it was sent on, and when it ended. Counts a tick old can show
-// keys free that the others have just taken (at a cold start, for seconds,
-// while each takes its home); a replica one below the ceiling then swept
-// 50,000-key parts every CampaignEvery, and beside the ticks of 33,333
-// keys such sweeps made them outlast their deadline and every term was
-// lost. It campaigns on such counts again only once a tick sent after the
-// sweep was answered, or the live members or their counts changed (a
-// member's row lapsed): at most one such sweep per RenewEvery.
+// counts it was sent on, the expiry of each other live member's row then,
+// and when it ended. Counts a tick old can show keys free that the others
+// have just taken (at a cold start, for seconds, while each takes its
+// home); a replica one below the ceiling then swept 50,000-key parts every
+// CampaignEvery, and beside the ticks of 33,333 keys such sweeps made them
+// outlast their deadline and every term was lost. It campaigns on such
+// counts again only once a tick sent after the sweep was answered and
+// showed every other member's row renewed since (their counts are then
+// newer than the sweep), or the live members or their counts changed (a
+// member's row lapsed), or a TTL passed: at most one such sweep per
+// RenewEvery while the others tick. A member that died after a tick that
+// counted a key it held by then is never renewed: its count stays one
+// short until its row lapses, and the survivors swept every RenewEvery
+// for that key (50,000-key parts at 100,000 keys) until then.
 type fruitless struct {
 	set       bool
 	at        time.Time
 	others, m int
+	seen      []SetMember // the other live members' rows as the sweep ended
 }
 
 func (f fruitless) same(others, m int) bool { return f.set && others == f.others && m == f.m }
+
+// stale reports whether a tick sent at sent and answered with members
+// leaves the fruitless sweep's counts as they were: sent before the sweep
+// ended, or some member's row not renewed since, and a TTL not passed.
+func (f fruitless) stale(sent time.Time, members []SetMember, ttl time.Duration, now time.Time) bool {
+	if !f.set || now.Sub(f.at) > ttl {
+		return false
+	}
+	if !sent.After(f.at) {
+		return true
+	}
+	for _, was := range f.seen {
+		for _, mb := range members {
+			if mb.Owner == was.Owner && mb.Expires.Equal(was.Expires) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // gate is the earliest instant of the next campaign: paceAt, or hintAt
 // for one a hint asks for, and never before shedHold.
