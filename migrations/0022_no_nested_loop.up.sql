@@ -9,13 +9,12 @@
 -- of 100,000 rows, after the leases of a third of them lapsed, ran for more
 -- than four minutes instead of a third of a second, past every deadline.
 -- set_acquire's confirmation of the terms handed to the caller is such a
--- join too. Now neither function plans a
--- nested loop: every join is a hash or merge join (turned on for them even
--- where a session turned them off), whose cost grows with the keys sent
--- and the table, never with their product. The same
--- campaign then takes 0.2 to 0.4 s whatever the statistics. The price: a
--- campaign of a few keys reads the lease table through (a few
--- milliseconds per 10,000 rows) where it probed the index.
+-- join too. Now neither function plans a nested loop: every join is a hash
+-- or merge join (turned on for them even where a session turned them off),
+-- whose cost grows with the keys sent and the table, never with their
+-- product. The same campaign then takes 0.2 to 0.4 s whatever the
+-- statistics. The price: a campaign of a few keys reads the lease table
+-- through (a few milliseconds per 10,000 rows) where it probed the index.
 -- Nothing else changes: the functions' bodies, signatures and grants.
 
 ALTER FUNCTION pgleader.acquire_many(text[], text, interval, integer, bigint[]) SET enable_nestloop = off;
