@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -129,10 +130,17 @@ func (f *fleet) waitRuns(n int) {
 	}
 }
 
-// check stops the replicas and checks that each instant (a second of the
-// real clock, which is the database's: same machine) ran exactly once,
-// with one job_run row per body entry, done, with the body's instant and
-// token.
+// check stops the replicas and checks that no two runs started less than
+// Window apart on the database clock (the Locker's promise: the replicas'
+// firings of one instant, the skewed one's included, fall within Window of
+// each other, so two runs that close are one instant run twice), with one
+// job_run row per body entry, done, with the body's instant and token. It
+// logs the seconds of the real clock (the database's: same machine) in
+// which no run started or more than one did: a scheduler that fires late
+// on a loaded machine moves a run into the next second, which says
+// nothing of the Locker (a make test beside another once counted a late
+// run in the second after its own: one second with two runs, one with
+// none).
 func (f *fleet) check() {
 	f.t.Helper()
 	// Let the last run record its end before the schedulers stop.
@@ -198,20 +206,29 @@ func (f *fleet) check() {
 		switch es := perInstant[s]; len(es) {
 		case 0:
 			missed++
-			f.t.Errorf("instant %v: no run", time.Unix(s, 0).UTC())
+			f.t.Logf("second %v: no run started", time.Unix(s, 0).UTC())
 		case 1:
 		default:
 			doubles++
 			for _, e := range es {
-				f.t.Errorf("instant %v: run by replica %d (token %d, claimed at %v)", time.Unix(s, 0).UTC(), e.replica, e.run.Token, e.run.Instant)
+				f.t.Logf("second %v: run by replica %d (token %d, claimed at %v)", time.Unix(s, 0).UTC(), e.replica, e.run.Token, e.run.Instant)
 			}
+		}
+	}
+	byInstant := slices.Clone(f.entries)
+	slices.SortFunc(byInstant, func(a, b entry) int { return a.run.Instant.Compare(b.run.Instant) })
+	for i := 1; i < len(byInstant); i++ {
+		a, b := byInstant[i-1], byInstant[i]
+		if gap := b.run.Instant.Sub(a.run.Instant); gap < f.window {
+			f.t.Errorf("runs by replica %d (token %d) and replica %d (token %d) started %v apart on the database clock, less than Window (%v): one instant ran twice",
+				a.replica, a.run.Token, b.replica, b.run.Token, gap, f.window)
 		}
 	}
 	var calls []string
 	for i := 0; i < len(f.locks); i++ {
 		calls = append(calls, fmt.Sprintf("replica %d: %d Lock calls, %d runs", i, f.locks[i].Load(), ran[i]))
 	}
-	f.t.Logf("%d instants, %d runs, %d doubled, %d missed; %v", secs[len(secs)-1]-secs[0]+1, len(f.entries), doubles, missed, calls)
+	f.t.Logf("%d seconds, %d runs, %d seconds with two, %d with none; %v", secs[len(secs)-1]-secs[0]+1, len(f.entries), doubles, missed, calls)
 }
 
 // TestLockerSkew: three replicas run a job every second for 24 instants,
