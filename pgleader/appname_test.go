@@ -2,10 +2,13 @@ package pgleader_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgleader/pgleader/internal/pgtest"
 	"github.com/pgleader/pgleader/pgleader"
@@ -69,13 +72,22 @@ func TestLeaseConnectionReusedWithinLinger(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	backend := pgleader.NewPostgres(db.NewPool(t), pgleader.WithLogger(quiet))
+	// pid waits for the lease connection to show: a leading Elector may
+	// have none for a moment (one that a statement's error or deadline
+	// closed is opened again by the next statement, and a statement that
+	// finds it busy runs on a pool connection), and pg_stat_activity
+	// names a new backend only once its start-up is done. On PostgreSQL 13
+	// in CI a read at once found none.
 	pid := func() (p int) {
 		t.Helper()
-		err := db.Pool.QueryRow(context.Background(),
-			`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgleader lease'`).Scan(&p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		waitFor(t, "the lease connection in pg_stat_activity", func() bool {
+			err := db.Pool.QueryRow(context.Background(),
+				`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgleader lease'`).Scan(&p)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				t.Fatal(err)
+			}
+			return err == nil
+		})
 		return p
 	}
 	spec := pgleader.Spec{Key: "k", TTL: 3 * time.Second}

@@ -40,8 +40,12 @@ for v in $VERSIONS; do
 		result=pass
 	else
 		failed=1
-		fails=$(grep -E '^--- FAIL' "$log" | awk '{print $3}' | sort -u | paste -sd ' ' -)
+		# Every failed test and subtest by name, and what each failure
+		# printed: CI keeps this output, not the log.
+		fails=$(grep -E '^ *--- FAIL' "$log" | awk '{print $3}' | sort -u | paste -sd ' ' -)
 		result="FAIL ${fails:-(see $log)}"
+		echo "test-versions: PostgreSQL $v: what the failures printed:" >&2
+		grep -E -A 25 '^ *--- FAIL' "$log" | head -n 200 | sed 's/^/    /' >&2
 	fi
 	rows+=("| $v | ${server:-?} | $result | ${secs}s |")
 done
