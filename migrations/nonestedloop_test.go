@@ -83,6 +83,16 @@ func TestCampaignNoTableWalkPerKey(t *testing.T) {
 	if len(taken) != 900 {
 		t.Errorf("a took %d keys, want the 900 that lapsed", len(taken))
 	}
+	// The function's settings end with it: the session keeps its own (a
+	// pooler's server connection, shared with the application's
+	// transactions, must not be left with nested loops off).
+	var settings string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('enable_nestloop') || current_setting('enable_hashjoin') || current_setting('enable_mergejoin')`).Scan(&settings); err != nil {
+		t.Fatal(err)
+	}
+	if settings != "onoffoff" {
+		t.Errorf("after the campaign the session's enable_nestloop, enable_hashjoin, enable_mergejoin read %q, want on, off, off as it set them", settings)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	leaseRead := 0
