@@ -788,6 +788,7 @@ CREATE OR REPLACE FUNCTION pgleader.acquire_many(p_keys text[], p_owner text, p_
  SET enable_nestloop TO 'off'
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -1679,6 +1680,10 @@ CREATE OR REPLACE FUNCTION pgleader.release_many(p_owner text, p_keys text[], p_
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -1740,6 +1745,10 @@ CREATE OR REPLACE FUNCTION pgleader.renew_many(p_owner text, p_keys text[], p_to
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -1891,6 +1900,7 @@ CREATE OR REPLACE FUNCTION pgleader.set_acquire(p_set text, p_owner text, p_keys
  SET enable_nestloop TO 'off'
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -2018,6 +2028,10 @@ CREATE OR REPLACE FUNCTION pgleader.set_release(p_set text, p_owner text, p_keys
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -2093,6 +2107,10 @@ CREATE OR REPLACE FUNCTION pgleader.set_renew(p_set text, p_owner text, p_keys t
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -2138,6 +2156,10 @@ CREATE OR REPLACE FUNCTION pgleader.set_status(p_set text, p_keys text[] DEFAULT
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -2170,6 +2192,10 @@ CREATE OR REPLACE FUNCTION pgleader.set_tick(p_set text, p_owner text, p_keys te
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
