@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks the Promela model of pgleader (model/lease.pml) with SPIN: every
+# Checks the Promela models of pgleader (model/lease.pml, and
+# model/setsession.pml for a Set's session-bound leases) with SPIN: every
 # real check must pass after a complete, exhaustive search, and every mutant
 # must produce a counterexample, found breadth-first so that it is a
 # shortest one. Prints a table and each mutant's trail. See
@@ -31,7 +32,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# name | expect | spin -D flags
+# name | expect | spin -D flags [| model file, default lease.pml]
 checks=(
 	"safety|pass|"
 	"safety-lost-row|pass|-DWIPE"
@@ -77,13 +78,23 @@ checks=(
 	"mutant-session-clean-restart|fail|-DSESSION -DSRV_RESTART -DMUTANT_SESSION_RESTART_NO_GRACE -DFAULT_BUDGET=1"
 	"mutant-session-short-keepalive|fail|-DSESSION -DMUTANT_SESSION_SHORT_KEEPALIVE"
 	"mutant-session-handoff-keeps-binding|fail|-DSESSION -DHANDOFF -DMUTANT_SESSION_HANDOFF_KEEPS_BINDING -DFAULT_BUDGET=1"
+	"set-session|pass||setsession.pml"
+	"set-session-restart|pass|-DSRV_RESTART -DFAULT_BUDGET=1|setsession.pml"
+	"set-session-ring|pass|-DNO_STORE -DFAULT_BUDGET=4|setsession.pml"
+	"set-session-ring-3-keys|pass|-DNO_STORE -DNK=3 -DFAULT_BUDGET=3|setsession.pml"
+	"set-session-ring-restart|pass|-DNO_STORE -DSRV_RESTART -DFAULT_BUDGET=2|setsession.pml"
+	"mutant-set-session-takeover-no-end|fail|-DMUTANT_SET_TAKE_NO_END|setsession.pml"
+	"mutant-set-session-ignores-end|fail|-DMUTANT_SET_IGNORES_END|setsession.pml"
+	"mutant-set-session-watch-not-moved|fail|-DMUTANT_SET_NO_MOVE|setsession.pml"
+	"mutant-set-session-watched-only|fail|-DMUTANT_SET_WATCHED_ONLY|setsession.pml"
+	"mutant-set-session-restart-takeover|fail|-DSRV_RESTART -DMUTANT_SET_OLD_RUN -DFAULT_BUDGET=1|setsession.pml"
 )
 
-# check NAME EXPECT FLAGS: one search in $work/NAME. Writes its table row
+# check NAME EXPECT FLAGS MODEL: one search of MODEL in $work/NAME. Writes its table row
 # to row, its counterexample to trail, and ok or FAILED to result; prints
 # one line when it ends.
 check() {
-	local name=$1 expect=$2 flags=$3
+	local name=$1 expect=$2 flags=$3 model=$4
 	local dir=$work/$name t0=$SECONDS
 	local cc_flags="-O2 -DSAFETY -DMEMLIM=$MEMLIM"
 	# A mutant's counterexample is searched breadth-first: the first one
@@ -91,11 +102,11 @@ check() {
 	# which compiles several times faster than -O2.
 	[ "$expect" = fail ] && cc_flags="-O1 -DSAFETY -DMEMLIM=$MEMLIM -DBFS"
 	mkdir -p "$dir"
-	cp lease.pml spec.pml "$dir"
+	cp "$model" spec.pml "$dir"
 	# shellcheck disable=SC2086 # flags are words
 	if ! (
 		cd "$dir" &&
-		spin $flags -a lease.pml >spin.out 2>&1 &&
+		spin $flags -a "$model" >spin.out 2>&1 &&
 		$CC $cc_flags -o pan pan.c 2>cc.out
 	); then
 		echo FAILED >"$dir/result"
@@ -120,8 +131,8 @@ check() {
 	esac
 	if [ "${errors:-0}" -gt 0 ]; then
 		# shellcheck disable=SC2086
-		(cd "$dir" && spin -t $flags lease.pml 2>&1) |
-			sed -n 's/^[[:space:]]*\(t[0-9][0-9]* .*\|violated: .*\)$/\1/p' | paste -sd ';' - | sed 's/;/; /g' |
+		(cd "$dir" && spin -t $flags "$model" 2>&1) |
+			sed -n 's/^[[:space:]]*\(t[0-9][0-9]* .*\|set .*\|violated: .*\)$/\1/p' | paste -sd ';' - | sed 's/;/; /g' |
 			sed "s/^/$name: /" >"$dir/trail"
 	fi
 	printf '%-36s %-6s %-7s %-7s %12s %6s %9s %5ss\n' "$name" "$expect" "$result" "$complete" "$states" "$depth" "$MAXDEPTH" "$secs" >"$dir/row"
@@ -152,12 +163,12 @@ echo "model: ${#run[@]} check(s), $JOBS at a time"
 start=$SECONDS
 running=0
 for c in "${run[@]}"; do
-	IFS='|' read -r name expect flags <<<"$c"
+	IFS='|' read -r name expect flags model <<<"$c"
 	if [ $running -ge "$JOBS" ]; then
 		wait -n || true
 		running=$((running - 1))
 	fi
-	check "$name" "$expect" "$flags" &
+	check "$name" "$expect" "$flags" "${model:-lease.pml}" &
 	running=$((running + 1))
 done
 wait || true
