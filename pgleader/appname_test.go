@@ -139,7 +139,7 @@ func TestSetUsesTheBackendsAbilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the lease connection to close after Run", func() bool { return count() == 0 })
-	if !strings.Contains(logs.String(), "set=s") || !strings.Contains(logs.String(), `msg="term ended"`) {
+	if !strings.Contains(logs.String(), "set=s") || !strings.Contains(logs.String(), `msg="terms ended"`) {
 		t.Fatalf("the backend's logger did not receive the set's logs:\n%s", logs.String())
 	}
 }
