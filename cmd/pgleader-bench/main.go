@@ -72,6 +72,13 @@ func main() {
 		}
 		return
 	}
+	if *setChild {
+		if err := runSetChild(flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "pgleader-bench -set-child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx); err != nil {

@@ -15,14 +15,15 @@ import (
 )
 
 // setScaleRun measures issue 27's goals for n keys shared by three
-// replicas, each on its own pool (in this process): cold start, a steady
+// replicas, each on its own pool (in this process, or with -set-procs each
+// in a process of its own): cold start, a steady
 // window, renewal ticks against their floor, statements by kind, a
 // graceful stop by hand-off and a crash.
 func (b *bench) setScaleRun(ctx context.Context, n int) error {
 	name := fmt.Sprintf("scale%d", n)
 	keys := setKeys(name, n)
 	log := &entryLog{entries: make(map[string][]leadEntry)}
-	var reps []*setReplica
+	var reps []scaleReplica
 	defer func() {
 		for _, r := range reps {
 			r.close()
@@ -30,12 +31,18 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 	}()
 	ticks := make([]*tickTimes, 3)
 	for i := range 3 {
-		r, err := newSetReplica(ctx, b.url, fmt.Sprintf("%s-r%d", name, i))
+		owner := fmt.Sprintf("%s-r%d", name, i)
+		ticks[i] = &tickTimes{}
+		if *setProcs {
+			reps = append(reps, &procScale{url: b.url, set: name, owner: owner, n: n, log: log, ticks: ticks[i]})
+			continue
+		}
+		r, err := newSetReplica(ctx, b.url, owner)
 		if err != nil {
 			return err
 		}
-		reps = append(reps, r)
-		ticks[i] = &tickTimes{}
+		r.trace.Store(*setTrace)
+		reps = append(reps, &localScale{setReplica: r, set: name, keys: keys, log: log, ticks: ticks[i]})
 	}
 	spec := recipe(name)
 	fmt.Printf("### %d keys over 3 replicas (issue 27)\n\n", n)
@@ -43,26 +50,23 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 	fmt.Println("|---|---|---|---|")
 
 	// Cold start.
-	for _, r := range reps {
-		r.trace.Store(*setTrace)
-	}
 	start := time.Now()
-	for i, r := range reps {
-		if err := r.start(name, keys, log.body, ticks[i]); err != nil {
+	for _, r := range reps {
+		if err := r.start(); err != nil {
 			return err
 		}
 	}
-	live := func(rs []*setReplica) int {
+	live := func(rs []scaleReplica) int {
 		h := 0
 		for _, r := range rs {
-			h += r.set.Status().Held
+			h += r.held()
 		}
 		return h
 	}
-	even := func(rs []*setReplica) bool {
+	even := func(rs []scaleReplica) bool {
 		lo, hi := n, 0
 		for _, r := range rs {
-			h := r.set.Status().Held
+			h := r.held()
 			lo, hi = min(lo, h), max(hi, h)
 		}
 		return hi-lo <= 1 && live(rs) == n
@@ -80,8 +84,8 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 		}
 	}
 	fmt.Printf("| cold start → every key live | %s | – | ≤ 10 s: %s |\n", durOrNever(allLive), verdict(allLive > 0 && allLive <= 10*time.Second))
-	fmt.Printf("| cold start → spread ±1 (%d/%d/%d) | %s | – | – |\n", reps[0].set.Status().Held, reps[1].set.Status().Held,
-		reps[2].set.Status().Held, durOrNever(spread))
+	fmt.Printf("| cold start → spread ±1 (%d/%d/%d) | %s | – | – |\n", reps[0].held(), reps[1].held(),
+		reps[2].held(), durOrNever(spread))
 
 	// Steady window: live keys sampled every 100 ms, statements by kind,
 	// ticks.
@@ -95,7 +99,8 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 	}
 	c0 := make([][2]int64, 3)
 	for i, r := range reps {
-		c0[i] = [2]int64{r.campaigns.Load(), r.ticks.Load()}
+		c, t := r.counts()
+		c0[i] = [2]int64{c, t}
 	}
 	window := *setFor
 	t0 := time.Now()
@@ -115,8 +120,9 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 	var campaigns, tickCount int64
 	perReplicaTicks := make([]float64, 3)
 	for i, r := range reps {
-		campaigns += r.campaigns.Load() - c0[i][0]
-		d := r.ticks.Load() - c0[i][1]
+		c, t := r.counts()
+		campaigns += c - c0[i][0]
+		d := t - c0[i][1]
 		tickCount += d
 		perReplicaTicks[i] = float64(d) / (secs / spec.RenewEvery.Seconds())
 	}
@@ -135,19 +141,19 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 		took = append(took, t.took...)
 		t.mu.Unlock()
 	}
-	held0 := heldKeys(reps[0].set) // the floor is measured at the end, on these rows
+	held0 := reps[0].heldKeys() // the floor is measured at the end, on these rows
 
 	// Graceful stop by hand-off.
 	victim := reps[2]
-	victimKeys := heldKeys(victim.set)
+	victimKeys := victim.heldKeys()
 	stopAt := time.Now()
 	victim.stop()
 	victim.traced(stopAt, "stop", "Run returned", nil)
-	stopDelays, stopMissing := log.takeovers(ctx, victimKeys, victim.owner, stopAt, 20*time.Second)
+	stopDelays, stopMissing := log.takeovers(ctx, victimKeys, victim.name(), stopAt, 20*time.Second)
 	stopKeys := victimKeys
 
 	// A crash: the victim's last tick, then its keys led elsewhere.
-	if err := victim.start(name, keys, log.body, ticks[2]); err != nil {
+	if err := victim.start(); err != nil {
 		return err
 	}
 	rejoin := time.Now()
@@ -160,12 +166,12 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 		return ctx.Err()
 	}
 	victim = reps[1]
-	victimKeys = heldKeys(victim.set)
+	victimKeys = victim.heldKeys()
 	crashAt := time.Now()
-	victim.crashed.Store(true)
+	victim.crash()
 	victim.traced(crashAt, "crash", "", nil)
 	lastTick := victim.lastTick()
-	delays, missing := log.takeovers(ctx, victimKeys, victim.owner, lastTick, 30*time.Second)
+	delays, missing := log.takeovers(ctx, victimKeys, victim.name(), lastTick, 30*time.Second)
 	moved := log.movedTwice(victimKeys, crashAt)
 	if len(delays) > 0 {
 		p99, bound := percentile(delays, 99), spec.TTL+spec.CampaignEvery
@@ -174,7 +180,7 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 		fmt.Printf("| crash: keys that moved twice | %d | 0 | 0: %s |\n", moved, verdict(moved == 0))
 	}
 	for _, r := range reps {
-		if r.cancel != nil {
+		if r.running() {
 			r.stop()
 		}
 	}
