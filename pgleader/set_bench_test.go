@@ -44,30 +44,11 @@ func BenchmarkSetStopLogged(b *testing.B) {
 			}
 			for b.Loop() {
 				b.StopTimer()
-				var started atomic.Int64
-				all := make(chan struct{})
-				body := func(ctx context.Context, t *pgleader.Term) error {
-					if started.Add(1) == n {
-						close(all)
-					}
-					return untilEnding(ctx, t)
-				}
 				be := &releaseClock{Backend: pgleadertest.NewBackend()}
-				log := slog.New(slog.NewTextHandler(w, nil))
-				s, err := pgleader.NewSet(be, setSpec("s"), keyNames("k", n), pgleader.SetOptions{Owner: "a", Lead: body, Logger: log})
-				if err != nil {
-					b.Fatal(err)
-				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				go func() { done <- s.Run(ctx) }()
-				<-all
+				stop := runHeld(b, be, n, slog.New(slog.NewTextHandler(w, nil)))
 				b.StartTimer()
 				t0 := time.Now()
-				cancel()
-				if err := <-done; err != nil {
-					b.Fatal(err)
-				}
+				stop()
 				b.ReportMetric(float64(time.Unix(0, be.at.Load()).Sub(t0).Microseconds())/1000, "ms/stop-to-release")
 			}
 		})
@@ -94,24 +75,33 @@ func (c *campaignClock) AcquireSet(ctx context.Context, set, owner string, keys 
 func BenchmarkSetStart(b *testing.B) {
 	const n = 16667
 	for b.Loop() {
-		var started atomic.Int64
-		all := make(chan struct{})
-		body := func(ctx context.Context, t *pgleader.Term) error {
-			if started.Add(1) == n {
-				close(all)
-			}
-			return untilEnding(ctx, t)
-		}
 		be := &campaignClock{Backend: pgleadertest.NewBackend()}
-		s, err := pgleader.NewSet(be, setSpec("s"), keyNames("k", n), pgleader.SetOptions{Owner: "a", Lead: body, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- s.Run(ctx) }()
-		<-all
+		stop := runHeld(b, be, n, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		b.ReportMetric(float64(time.Since(time.Unix(0, be.at.Load())).Microseconds())/1000, "ms/won-to-last-body")
+		stop()
+	}
+}
+
+// runHeld runs a Set of n keys on be until every key's body has started,
+// and returns a function that cancels Run and waits for it to return.
+func runHeld(b *testing.B, be pgleader.SetBackend, n int, log *slog.Logger) (stop func()) {
+	var started atomic.Int64
+	all := make(chan struct{})
+	body := func(ctx context.Context, t *pgleader.Term) error {
+		if started.Add(1) == int64(n) {
+			close(all)
+		}
+		return untilEnding(ctx, t)
+	}
+	s, err := pgleader.NewSet(be, setSpec("s"), keyNames("k", n), pgleader.SetOptions{Owner: "a", Lead: body, Logger: log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	<-all
+	return func() {
 		cancel()
 		if err := <-done; err != nil {
 			b.Fatal(err)
