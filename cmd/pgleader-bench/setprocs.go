@@ -45,21 +45,21 @@ type scaleReplica interface {
 // localScale is a replica in this process; a crash fails its statements.
 type localScale struct {
 	*setReplica
-	set   string
-	keys  []string
-	log   *entryLog
-	ticks *tickTimes
+	set  string
+	keys []string
+	log  *entryLog
+	took *tickTimes // the ticks' round trips
 }
 
 func (r *localScale) name() string { return r.owner }
 func (r *localScale) start() error {
-	return r.setReplica.start(r.set, r.keys, r.log.body, r.ticks)
+	return r.setReplica.start(r.set, r.keys, r.log.body, r.took)
 }
 func (r *localScale) held() int          { return r.setReplica.set.Status().Held }
 func (r *localScale) heldKeys() []string { return heldKeys(r.setReplica.set) }
 func (r *localScale) crash()             { r.crashed.Store(true) }
 func (r *localScale) counts() (int64, int64) {
-	return r.campaigns.Load(), r.setReplica.ticks.Load()
+	return r.campaigns.Load(), r.ticks.Load()
 }
 func (r *localScale) running() bool { return r.cancel != nil }
 
@@ -72,7 +72,7 @@ type procScale struct {
 	url, set, owner string
 	n               int
 	log             *entryLog
-	ticks           *tickTimes
+	took            *tickTimes // the ticks' round trips
 
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -128,43 +128,48 @@ func (p *procScale) start() error {
 	case <-exited:
 		return fmt.Errorf("%s exited before it was ready", p.owner)
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s: not ready within 10 s", p.owner)
+		_ = p.cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("%s: not ready within 10 s (killed)", p.owner)
 	}
 }
 
+// line takes one line of the child's report; one it cannot read is
+// printed to stderr, never taken as zeros.
 func (p *procScale) line(s string, ready chan struct{}) {
 	f := strings.Fields(s)
-	if len(f) == 0 {
-		return
-	}
-	num := func(i int) int64 {
-		if i >= len(f) {
-			return 0
+	fields := map[string]int{"R": 1, "E": 3, "X": 2, "T": 2, "S": 5, "D": 1}
+	bad := len(f) == 0 || fields[f[0]] != len(f)
+	nums := make([]int64, len(f))
+	for i := 1; !bad && i < len(f); i++ {
+		if i == 1 && (f[0] == "E" || f[0] == "X") {
+			continue // the key
 		}
-		v, _ := strconv.ParseInt(f[i], 10, 64)
-		return v
+		var err error
+		nums[i], err = strconv.ParseInt(f[i], 10, 64)
+		bad = err != nil
+	}
+	if bad {
+		fmt.Fprintf(os.Stderr, "pgleader-bench: %s reported a line it should not: %q\n", p.owner, s)
+		return
 	}
 	switch f[0] {
 	case "R":
 		close(ready)
 	case "E":
-		if len(f) == 3 {
-			p.log.add(f[1], p.owner, time.Unix(0, num(2)))
-			p.mu.Lock()
-			p.keys[f[1]] = true
-			p.mu.Unlock()
-		}
+		p.log.add(f[1], p.owner, time.Unix(0, nums[2]))
+		p.mu.Lock()
+		p.keys[f[1]] = true
+		p.mu.Unlock()
 	case "X":
-		if len(f) == 2 {
-			p.mu.Lock()
-			delete(p.keys, f[1])
-			p.mu.Unlock()
-		}
+		p.mu.Lock()
+		delete(p.keys, f[1])
+		p.mu.Unlock()
 	case "T":
-		p.ticks.Observe(pgleader.Observation{Kind: pgleader.ObserveRenewed, Took: time.Duration(num(1))})
+		p.took.Observe(pgleader.Observation{Kind: pgleader.ObserveRenewed, Took: time.Duration(nums[1])})
 	case "S":
 		p.mu.Lock()
-		p.nHeld, p.campaigns, p.nTicks, p.last = int(num(1)), num(2), num(3), num(4)
+		p.nHeld, p.campaigns, p.nTicks, p.last = int(nums[1]), nums[2], nums[3], nums[4]
 		p.mu.Unlock()
 	}
 }
@@ -206,6 +211,7 @@ func (p *procScale) stop() {
 	select {
 	case <-p.exited:
 	case <-time.After(30 * time.Second):
+		fmt.Fprintf(os.Stderr, "pgleader-bench: %s did not exit within 30 s of stop; killing it\n", p.owner)
 		p.crash()
 	}
 }
@@ -235,13 +241,13 @@ func (p *procScale) close() { p.stop() }
 
 func (p *procScale) traced(t time.Time, kind, what string, err error) {
 	if *setTrace {
-		fmt.Fprintf(os.Stderr, "%s %s %-8s %8.1f ms  %s  %v\n", t.Format("15:04:05.000"), p.owner, kind,
-			float64(time.Since(t).Microseconds())/1000, what, err)
+		traceLine(t, p.owner, kind, what, err)
 	}
 }
 
 // runSetChild is a replica process of the sets scale measurement (see
-// procScale): it runs the Set until told "stop" on its standard input.
+// procScale): it runs the Set until told "stop" on its standard input, or
+// until that closes (the bench is gone).
 func runSetChild(args []string) error {
 	if len(args) != 4 {
 		return fmt.Errorf("-set-child wants URL SET OWNER KEYS, got %q", args)

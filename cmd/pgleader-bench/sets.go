@@ -77,9 +77,15 @@ func (r *setReplica) AcquireSet(ctx context.Context, set, owner string, keys []s
 // traced prints one statement of the replica, with -set-trace.
 func (r *setReplica) traced(t time.Time, kind, what string, err error) {
 	if r.trace.Load() {
-		fmt.Fprintf(os.Stderr, "%s %s %-8s %8.1f ms  %s  %v\n", t.Format("15:04:05.000"), r.owner, kind,
-			float64(time.Since(t).Microseconds())/1000, what, err)
+		traceLine(t, r.owner, kind, what, err)
 	}
+}
+
+// traceLine prints one statement or event of a replica, begun at t, to
+// stderr: -set-trace's line.
+func traceLine(t time.Time, owner, kind, what string, err error) {
+	fmt.Fprintf(os.Stderr, "%s %s %-8s %8.1f ms  %s  %v\n", t.Format("15:04:05.000"), owner, kind,
+		float64(time.Since(t).Microseconds())/1000, what, err)
 }
 
 func (r *setReplica) RenewSet(ctx context.Context, set, owner string, keys []string, tokens []int64, ttl time.Duration, held int) (pgleader.SetRenewal, error) {

@@ -34,7 +34,7 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 		owner := fmt.Sprintf("%s-r%d", name, i)
 		ticks[i] = &tickTimes{}
 		if *setProcs {
-			reps = append(reps, &procScale{url: b.url, set: name, owner: owner, n: n, log: log, ticks: ticks[i]})
+			reps = append(reps, &procScale{url: b.url, set: name, owner: owner, n: n, log: log, took: ticks[i]})
 			continue
 		}
 		r, err := newSetReplica(ctx, b.url, owner)
@@ -42,7 +42,7 @@ func (b *bench) setScaleRun(ctx context.Context, n int) error {
 			return err
 		}
 		r.trace.Store(*setTrace)
-		reps = append(reps, &localScale{setReplica: r, set: name, keys: keys, log: log, ticks: ticks[i]})
+		reps = append(reps, &localScale{setReplica: r, set: name, keys: keys, log: log, took: ticks[i]})
 	}
 	spec := recipe(name)
 	fmt.Printf("### %d keys over 3 replicas (issue 27)\n\n", n)
