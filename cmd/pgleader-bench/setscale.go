@@ -242,9 +242,7 @@ type entryLog struct {
 }
 
 func (l *entryLog) body(ctx context.Context, t *pgleader.Term) error {
-	l.mu.Lock()
-	l.entries[t.Key()] = append(l.entries[t.Key()], leadEntry{t.Owner(), time.Now()})
-	l.mu.Unlock()
+	l.add(t.Key(), t.Owner(), time.Now())
 	select {
 	case <-t.Ending():
 	case <-ctx.Done():
