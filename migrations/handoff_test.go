@@ -315,3 +315,68 @@ func TestCandidatesList(t *testing.T) {
 		t.Fatalf("handed to %s after c withdrew; want b", str(s))
 	}
 }
+
+// TestHandOffHintAfterTake: hint_handoff, run after hand_off committed,
+// names the lease's holder whenever the row has moved past the ended term
+// to a live holder: still handed off, already taken by the successor (the
+// successor's campaign can run between the two statements), or won by a
+// campaign after a hand-off that found no successor. With no live holder
+// above the ended term it says "release". Before version 24 a taken row
+// was announced as released.
+func TestHandOffHintAfterTake(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	l := listen(t, db)
+	hint := func(key string, ended int64) string {
+		t.Helper()
+		mustExec(t, db.Pool, `SELECT pgleader.hint_handoff($1, $2)`, key, ended)
+		return nextNotification(t, l)
+	}
+
+	// Handed off to b, not yet taken; then taken.
+	campaign(t, db.Pool, "k", "a", "", 0, "12 seconds")
+	campaign(t, db.Pool, "k", "b", "", 0, "12 seconds")
+	if released, successor, token := handOff(t, db.Pool, "k", "a", 1, nil); !released || str(successor) != "b" || token != 2 {
+		t.Fatalf("hand_off = %v, %s, %d; want true, b, 2", released, str(successor), token)
+	}
+	if got, want := hint("k", 1), "handoff 1 b k"; got != want {
+		t.Errorf("hint before the take = %q; want %q", got, want)
+	}
+	if r := take(t, db.Pool, "k", "b"); !r.acquired || r.token != 2 {
+		t.Fatalf("take = %+v; want b's term 2", r)
+	}
+	if got, want := hint("k", 1), "handoff 1 b k"; got != want {
+		t.Errorf("hint after the successor took the lease = %q; want %q", got, want)
+	}
+	// The hint of the holder's own term, or of a term above the row's, is
+	// no hand-off.
+	if got, want := hint("k", 2), "release k"; got != want {
+		t.Errorf("hint for the holder's own token = %q; want %q", got, want)
+	}
+	// b releases: no live holder above term 1.
+	mustExec(t, db.Pool, `SELECT pgleader.release('k', 'b', 2)`)
+	if got, want := hint("k", 1), "release k"; got != want {
+		t.Errorf("hint after the successor released = %q; want %q", got, want)
+	}
+
+	// A hand-off with no candidate releases; a campaign wins the key
+	// before the hint is built: the hint names the winner, whose term is
+	// live, so no candidate campaigns against it.
+	campaign(t, db.Pool, "j", "a", "", 0, "12 seconds")
+	if released, successor, _ := handOff(t, db.Pool, "j", "a", 1, nil); !released || successor != nil {
+		t.Fatalf("hand_off with no candidate = %v, %s; want released, no successor", released, str(successor))
+	}
+	if got, want := hint("j", 1), "release j"; got != want {
+		t.Errorf("hint after a release = %q; want %q", got, want)
+	}
+	if r := campaign(t, db.Pool, "j", "cc", "", 0, "12 seconds"); !r.acquired || r.token != 2 {
+		t.Fatalf("campaign after the release = %+v; want cc's term 2", r)
+	}
+	if got, want := hint("j", 1), "handoff 2 cc j"; got != want {
+		t.Errorf("hint after a campaign won the released key = %q; want %q", got, want)
+	}
+	// A key with no row at all.
+	if got, want := hint("none", 1), "release none"; got != want {
+		t.Errorf("hint for a key with no row = %q; want %q", got, want)
+	}
+}

@@ -1287,7 +1287,8 @@ AS $function$
 BEGIN
     PERFORM pgleader._check_args(p_key, NULL, NULL, false, false);
     PERFORM pg_notify('pgleader', CASE
-        WHEN l.holder IS NOT NULL AND l.handed_off AND l.token > p_ended
+        WHEN l.holder IS NOT NULL AND l.token > p_ended
+             AND (l.handed_off OR l.expires_at > clock_timestamp())
         THEN 'handoff ' || octet_length(l.holder) || ' ' || l.holder || ' ' || p_key
         ELSE 'release ' || p_key END)
       FROM (SELECT 1) AS one LEFT JOIN pgleader.lease AS l ON l.key = p_key;

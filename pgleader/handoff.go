@@ -115,9 +115,11 @@ func (p *Postgres) HandOff(ctx context.Context, key, owner string, token int64, 
 
 // handOffHint builds the hint from the committed row, in its own implicit
 // transaction: the successor's name is known only once hand_off ran, and
-// both go out in one write. A row handed off above the ended term's token
-// is the hand-off: its token is token + 1, or more when a move to a new
-// token epoch raised the draw while the term held on.
+// both go out in one write. A row above the ended term's token, handed
+// off or with a live holder, is the hand-off: its token is token + 1, or
+// more when a move to a new token epoch raised the draw while the term
+// held on; the successor's campaign may have taken it between the two
+// statements (schema version 24 names it then too).
 // hint_handoff reads the row as the schema's owner: the
 // application role has no privilege on the table.
 const handOffHint = `SELECT pgleader.hint_handoff($1, $2)`
