@@ -22,7 +22,10 @@ const (
 	// was lost); candidates poll until EventResync.
 	EventDeaf
 	// EventHandedOff: the holding term handed the lease to Event.Owner (a
-	// hint, unless Checked).
+	// hint, unless Checked). From schema version 24 the hint names the
+	// row's holder whenever the lease moved past the ended term to a live
+	// holder: the successor also after it took the lease, and a campaign's
+	// winner when the hand-off found no successor and released.
 	EventHandedOff
 )
 
