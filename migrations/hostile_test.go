@@ -1458,6 +1458,33 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 					victimSet, victimHolder, victimSetKey, stok),
 				verify: wantTexts("{}")},
 		},
+		"pgleader.set_bind(text,text,interval)": {
+			// Members are per role: H binds a member of its own of that
+			// name; V's row and lock are untouched.
+			{what: "bind as the victim's set member",
+				run:    textsOf(`SELECT bound::text FROM pgleader.set_bind($1, $2, '1 minute')`, victimSet, victimHolder),
+				verify: wantTexts("true")},
+		},
+		"pgleader.set_wake(text,text,text[])": {
+			// H's own member of the victim's holder's name, bound to this
+			// session, counts as ended to this session: the wake still
+			// lapses none of V's keys.
+			{what: "wake for the victim's set keys after binding a member of the victim's holder's name",
+				run: func(ctx context.Context, c *pgx.Conn) (hostileResult, error) {
+					if _, err := c.Exec(ctx, `SELECT * FROM pgleader.set_bind($1, $2, '1 minute')`, victimSet, victimHolder); err != nil {
+						return hostileResult{}, err
+					}
+					return textsOf(`SELECT lapsed::text FROM pgleader.set_wake($1, 'h-other', ARRAY[$2, $3])`,
+						victimSet, victimSetKey, victimHanded)(ctx, c)
+				},
+				verify: wantTexts("0")},
+		},
+		"pgleader.wait_member(text,text,interval)": {
+			// The lock waited on is H's own member's, not V's.
+			{what: "wait for the victim's set member's lock",
+				run:    textsOf(`SELECT pgleader.wait_member($1, $2, '10 milliseconds')::text`, victimSet, victimHolder),
+				verify: wantTexts("true")},
+		},
 		"pgleader.set_status(text,text[])": {
 			// H sees the members of its own role only.
 			{what: "list the members of the victim's set",

@@ -124,6 +124,10 @@
 --   column joined_at timestamp with time zone NOT NULL
 --   column expires_at timestamp with time zone NOT NULL
 --   column role text NOT NULL
+--   column pid integer
+--     comment pgleader: the backend whose session binds this member (set_bind), on the server run server_start, since bound_at; NULL: not bound. Do not edit.
+--   column server_start timestamp with time zone
+--   column bound_at timestamp with time zone
 --   constraint set_member_held_check CHECK ((held >= 0))
 --   constraint set_member_name_length CHECK (((octet_length(set_name) >= 1) AND (octet_length(set_name) <= 200)))
 --   constraint set_member_owner_length CHECK (((octet_length(owner) >= 1) AND (octet_length(owner) <= 200)))
@@ -166,8 +170,8 @@ AS $function$
            'fence_trigger', 'fence_write', 'grace', 'hand_off', 'hint_handoff', 'holds', 'install_fence_trigger',
            'job_claim', 'job_finish', 'job_runs', 'job_schedule', 'job_status',
            'lease', 'lease_guard', 'leases', 'notify', 'release', 'release_many', 'renew', 'renew_bound', 'renew_many',
-           'renew_term', 'resign', 'set_acquire', 'set_release', 'set_renew', 'set_status', 'set_tick',
-           'take', 'transfer', 'unbind', 'wait_session', 'withdraw'])
+           'renew_term', 'resign', 'set_acquire', 'set_bind', 'set_release', 'set_renew', 'set_status', 'set_tick',
+           'set_wake', 'take', 'transfer', 'unbind', 'wait_member', 'wait_session', 'withdraw'])
 $function$;
 
 -- function pgleader._bind(text,bigint,interval); grants: none
@@ -681,6 +685,31 @@ BEGIN
         USING ERRCODE = '55P03',
               HINT = 'A lease operation (acquire, renew, a set''s tick, …) inside a long transaction holds them until it ends. Retry, or end that transaction (see pg_locks: locktype advisory, classid 1885826148, or a row lock on pgleader.settings).';
 END
+$function$;
+
+-- function pgleader._member_held(text,text,text,integer); grants: none
+CREATE OR REPLACE FUNCTION pgleader._member_held(p_set text, p_role text, p_owner text, p_pid integer)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT p_pid IS NOT NULL AND p_pid <> pg_backend_pid() AND EXISTS (
+        SELECT 1
+          FROM pg_catalog.pg_locks AS k, pgleader._member_lock(p_set, p_role, p_owner) AS b
+         WHERE k.locktype = 'advisory' AND k.granted AND k.pid = p_pid
+           AND k.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+           AND k.classid = b.classid::oid AND k.objid = b.objid::oid AND k.objsubid = 2)
+$function$;
+
+-- function pgleader._member_lock(text,text,text); grants: none
+CREATE OR REPLACE FUNCTION pgleader._member_lock(p_set text, p_role text, p_owner text, OUT classid integer, OUT objid integer)
+ RETURNS record
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT 1885826163, hashtext(octet_length(p_set) || ':' || p_set || octet_length(p_role) || ':' || p_role || p_owner)
 $function$;
 
 -- function pgleader._own(text,boolean); grants: none
@@ -1972,6 +2001,44 @@ BEGIN
 END
 $function$;
 
+-- function pgleader.set_bind(text,text,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_bind(p_set text, p_owner text, p_ttl interval)
+ RETURNS TABLE(bound boolean, refusal text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    c name := pgleader._caller();
+    why text;
+    lk record;
+    t timestamptz;
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_owner, p_ttl, true, true);
+    PERFORM pgleader._check_ttl(p_ttl, (pgleader._grace()).max_ttl);
+    why := pgleader.bind_refusal(p_ttl);
+    IF why IS NOT NULL THEN
+        RETURN QUERY SELECT false, why;
+        RETURN;
+    END IF;
+    lk := pgleader._member_lock(p_set, c, p_owner);
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
+                    WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
+                      AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2)
+       AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
+        RETURN QUERY SELECT false, NULL::text;
+        RETURN;
+    END IF;
+    t := clock_timestamp();
+    INSERT INTO pgleader.set_member AS s (set_name, role, owner, held, joined_at, expires_at, pid, server_start, bound_at)
+    VALUES (p_set, c, p_owner, 0, t, t + p_ttl, pg_backend_pid(), pg_postmaster_start_time(), t)
+    ON CONFLICT (set_name, role, owner) DO UPDATE
+       SET pid = excluded.pid, server_start = excluded.server_start, bound_at = excluded.bound_at;
+    RETURN QUERY SELECT true, NULL::text;
+END
+$function$;
+
 -- function pgleader.set_max_clock_offset(interval); grants: none
 CREATE OR REPLACE FUNCTION pgleader.set_max_clock_offset(p_offset interval)
  RETURNS interval
@@ -2291,6 +2358,78 @@ BEGIN
 END
 $function$;
 
+-- function pgleader.set_wake(text,text,text[]); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_wake(p_set text, p_owner text, p_keys text[])
+ RETURNS TABLE(lapsed integer, dead text[], watch text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET jit TO 'off'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    c name := pgleader._caller();
+    g record;
+    t timestamptz;
+    d text[];
+    n integer := 0;
+    m record;
+    lk record;
+    nxt text;
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_owner, NULL, true, false);
+    IF p_keys IS NOT NULL THEN
+        PERFORM pgleader._check_keys(p_keys, NULL, false);
+    END IF;
+    g := pgleader._grace();
+    -- The dead members' rows are locked first, so that a set_bind of a
+    -- new session of theirs comes before this read or after the lapse.
+    PERFORM FROM pgleader.set_member AS s
+      WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
+        AND s.server_start = pg_postmaster_start_time()
+        AND NOT pgleader._member_held(p_set, c, s.owner, s.pid)
+      ORDER BY s.owner
+        FOR UPDATE OF s;
+    t := clock_timestamp();
+    SELECT coalesce(array_agg(s.owner ORDER BY s.owner), '{}') INTO d FROM pgleader.set_member AS s
+     WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
+       AND s.server_start = pg_postmaster_start_time()
+       AND NOT pgleader._member_held(p_set, c, s.owner, s.pid);
+    IF p_keys IS NOT NULL AND cardinality(d) > 0 AND t >= g.grace_until THEN
+        WITH gone AS (
+            UPDATE pgleader.lease AS l
+               SET expires_at = t
+              FROM unnest(p_keys) AS u(k), pgleader.set_member AS s
+             WHERE l.key = u.k AND s.set_name = p_set AND s.role = c AND s.owner = ANY (d)
+               AND l.holder = s.owner AND l.acquired_at >= s.bound_at AND l.expires_at > t
+               AND (l.role = c OR pgleader._own(l.role, false))
+            RETURNING 1
+        )
+        SELECT count(*)::integer INTO n FROM gone;
+        UPDATE pgleader.set_member AS s
+           SET pid = NULL, server_start = NULL, bound_at = NULL, expires_at = least(s.expires_at, t)
+         WHERE s.set_name = p_set AND s.role = c AND s.owner = ANY (d);
+    END IF;
+    FOR m IN SELECT s.owner FROM pgleader.set_member AS s WHERE s.set_name = p_set AND s.role = c LOOP
+        lk := pgleader._member_lock(p_set, c, m.owner);
+        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
+                       WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
+                         AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2) LOOP
+            PERFORM pg_advisory_unlock(lk.classid, lk.objid);
+        END LOOP;
+    END LOOP;
+    SELECT x.owner INTO nxt
+      FROM (SELECT s.owner FROM pgleader.set_member AS s
+             WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
+               AND s.server_start = pg_postmaster_start_time()
+               AND pgleader._member_held(p_set, c, s.owner, s.pid)) AS x
+     ORDER BY x.owner <= p_owner, x.owner
+     LIMIT 1;
+    RETURN QUERY SELECT n, d, nxt;
+END
+$function$;
+
 -- function pgleader.take(text,text,interval); grants: none
 CREATE OR REPLACE FUNCTION pgleader.take(p_key text, p_owner text, p_ttl interval)
  RETURNS TABLE(acquired boolean, holder text, token bigint, expires_at timestamp with time zone, db_now timestamp with time zone, value text, acquired_at timestamp with time zone)
@@ -2420,6 +2559,31 @@ BEGIN
     WHILE pgleader._binding_held(p_key, pg_backend_pid()) LOOP
         PERFORM pg_advisory_unlock(lk.classid, lk.objid);
     END LOOP;
+END
+$function$;
+
+-- function pgleader.wait_member(text,text,interval); grants: none
+CREATE OR REPLACE FUNCTION pgleader.wait_member(p_set text, p_member text, p_timeout interval)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+DECLARE
+    lk record;
+    ms bigint;
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_member, NULL, true, false);
+    IF p_timeout IS NULL OR p_timeout <= interval '0' THEN
+        RAISE EXCEPTION 'pgleader: timeout must be positive, got %', coalesce(p_timeout::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    lk := pgleader._member_lock(p_set, pgleader._caller(), p_member);
+    ms := greatest(1, ceil(extract(epoch FROM p_timeout) * 1000))::bigint;
+    PERFORM set_config('lock_timeout', ms::text, true);
+    PERFORM pg_advisory_lock(lk.classid, lk.objid);
+    RETURN true;
+EXCEPTION WHEN lock_not_available THEN
+    RETURN false;
 END
 $function$;
 

@@ -1,0 +1,254 @@
+-- pgleader's schema, version 25: session-bound members of a set (issue 30;
+-- the design is docs/model.md, "Session-bound leases for a Set"). Opt-in:
+-- nothing that version 24 had changes, and a member is bound only by the
+-- functions below, which only a Set with SetOptions.SessionBound calls.
+--
+-- A bound member of a set holds its *member lock* (a session-level
+-- advisory lock: 'pgls' and a hash of the set, the role and the owner) on
+-- one session of its own, and its set_member row records that session's
+-- backend (pid) and server run (pg_postmaster_start_time()) and the instant
+-- it was bound. Every key the member holds that it acquired (won, or was
+-- handed) at or after that instant is bound to that session: when the
+-- session ends (its process died, or it was terminated), a wake on the same
+-- server run, outside the grace, lapses those keys at once instead of at
+-- their expiry. A key the member acquired before its binding (under an
+-- earlier session, or on an earlier server run) is never lapsed early: it
+-- lapses at its expiry, as ever.
+--
+-- A session is live while its pid holds the member lock: a lock is let go
+-- when its session ends, and only the member's own sessions (set_bind) and
+-- its watchers (wait_member) take it; a watcher counts the lock it holds
+-- itself as the member's end. The members watch each other in a ring, in
+-- owner order: each waits on the next live member's lock on a connection of
+-- its own (wait_member), and calls set_wake when it is granted or its wait
+-- times out.
+
+ALTER TABLE pgleader.set_member
+    ADD COLUMN pid integer,
+    ADD COLUMN server_start timestamptz,
+    ADD COLUMN bound_at timestamptz;
+COMMENT ON COLUMN pgleader.set_member.pid IS
+    'pgleader: the backend whose session binds this member (set_bind), on the server run server_start, since bound_at; NULL: not bound. Do not edit.';
+
+-- _member_lock is the advisory lock key of a set's member: two int4s,
+-- 'pgls' and a hash of the set, the role and the owner (each prefixed by its
+-- length, so that no two triples run together alike). Two members with the
+-- same hash share a lock: then only one of them can be bound at a time,
+-- which costs the other its early take-over, not safety.
+CREATE FUNCTION pgleader._member_lock(p_set text, p_role text, p_owner text, OUT classid integer, OUT objid integer)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+    SELECT 1885826163, hashtext(octet_length(p_set) || ':' || p_set || octet_length(p_role) || ':' || p_role || p_owner)
+$$;
+
+-- _member_held reports whether backend p_pid holds the member lock of
+-- (p_set, p_role, p_owner) in this database. The caller's own session never
+-- counts: a watcher granted the lock holds it because the member's session
+-- ended.
+CREATE FUNCTION pgleader._member_held(p_set text, p_role text, p_owner text, p_pid integer)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+    SELECT p_pid IS NOT NULL AND p_pid <> pg_backend_pid() AND EXISTS (
+        SELECT 1
+          FROM pg_catalog.pg_locks AS k, pgleader._member_lock(p_set, p_role, p_owner) AS b
+         WHERE k.locktype = 'advisory' AND k.granted AND k.pid = p_pid
+           AND k.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+           AND k.classid = b.classid::oid AND k.objid = b.objid::oid AND k.objsubid = 2)
+$$;
+
+-- set_bind binds the calling session to p_owner's membership of p_set: it
+-- takes the member lock (unless this session holds it), records the
+-- session in the member's row (creating the row as a tick would, holding
+-- nothing, if there is none) and answers bound. It binds nothing when the
+-- server could end this session sooner than p_ttl after it last heard from
+-- the client (refusal says why: see bind_refusal), or when another session
+-- holds the lock (a live earlier session of the same member, or a watcher
+-- that was just granted it: the caller tries again later).
+CREATE FUNCTION pgleader.set_bind(p_set text, p_owner text, p_ttl interval)
+RETURNS TABLE(bound boolean, refusal text)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    c name := pgleader._caller();
+    why text;
+    lk record;
+    t timestamptz;
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_owner, p_ttl, true, true);
+    PERFORM pgleader._check_ttl(p_ttl, (pgleader._grace()).max_ttl);
+    why := pgleader.bind_refusal(p_ttl);
+    IF why IS NOT NULL THEN
+        RETURN QUERY SELECT false, why;
+        RETURN;
+    END IF;
+    lk := pgleader._member_lock(p_set, c, p_owner);
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
+                    WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
+                      AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2)
+       AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
+        RETURN QUERY SELECT false, NULL::text;
+        RETURN;
+    END IF;
+    t := clock_timestamp();
+    INSERT INTO pgleader.set_member AS s (set_name, role, owner, held, joined_at, expires_at, pid, server_start, bound_at)
+    VALUES (p_set, c, p_owner, 0, t, t + p_ttl, pg_backend_pid(), pg_postmaster_start_time(), t)
+    ON CONFLICT (set_name, role, owner) DO UPDATE
+       SET pid = excluded.pid, server_start = excluded.server_start, bound_at = excluded.bound_at;
+    RETURN QUERY SELECT true, NULL::text;
+END
+$$;
+
+-- wait_member waits up to p_timeout for the member lock of p_member in
+-- p_set (the caller's role's member), and reports whether this session
+-- holds it: the member's bound session ended, or the member is not bound.
+-- The caller calls set_wake next, which lets go of the lock.
+CREATE FUNCTION pgleader.wait_member(p_set text, p_member text, p_timeout interval)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+DECLARE
+    lk record;
+    ms bigint;
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_member, NULL, true, false);
+    IF p_timeout IS NULL OR p_timeout <= interval '0' THEN
+        RAISE EXCEPTION 'pgleader: timeout must be positive, got %', coalesce(p_timeout::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    lk := pgleader._member_lock(p_set, pgleader._caller(), p_member);
+    ms := greatest(1, ceil(extract(epoch FROM p_timeout) * 1000))::bigint;
+    PERFORM set_config('lock_timeout', ms::text, true);
+    PERFORM pg_advisory_lock(lk.classid, lk.objid);
+    RETURN true;
+EXCEPTION WHEN lock_not_available THEN
+    RETURN false;
+END
+$$;
+
+-- set_wake is a watcher's step. Of the caller's role's members of p_set
+-- other than p_owner, dead are those bound on this server run whose bound
+-- session ended (its pid no longer holds their member lock). Outside the
+-- grace, and when p_keys is not NULL, it lapses (expiry set to now) every
+-- key among p_keys that a dead member holds and acquired at or after its
+-- binding, then unbinds the dead members and ends their membership (their
+-- row's expiry set to now): lapsed counts the keys. p_keys are the set's
+-- keys the caller does not hold: a key is lapsed only for a set that names
+-- it. Then it lets go of every member lock of the set this session holds
+-- (granted to wait_member) and answers, in watch, the live bound member
+-- that follows p_owner in owner order (round the ring), NULL if none: the
+-- caller waits on it next.
+CREATE FUNCTION pgleader.set_wake(p_set text, p_owner text, p_keys text[])
+RETURNS TABLE(lapsed integer, dead text[], watch text)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pgleader, pg_temp
+SET enable_nestloop = off
+SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    c name := pgleader._caller();
+    g record;
+    t timestamptz;
+    d text[];
+    n integer := 0;
+    m record;
+    lk record;
+    nxt text;
+BEGIN
+    PERFORM pgleader._check_args(p_set, p_owner, NULL, true, false);
+    IF p_keys IS NOT NULL THEN
+        PERFORM pgleader._check_keys(p_keys, NULL, false);
+    END IF;
+    g := pgleader._grace();
+    -- The dead members' rows are locked first, so that a set_bind of a
+    -- new session of theirs comes before this read or after the lapse.
+    PERFORM FROM pgleader.set_member AS s
+      WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
+        AND s.server_start = pg_postmaster_start_time()
+        AND NOT pgleader._member_held(p_set, c, s.owner, s.pid)
+      ORDER BY s.owner
+        FOR UPDATE OF s;
+    t := clock_timestamp();
+    SELECT coalesce(array_agg(s.owner ORDER BY s.owner), '{}') INTO d FROM pgleader.set_member AS s
+     WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
+       AND s.server_start = pg_postmaster_start_time()
+       AND NOT pgleader._member_held(p_set, c, s.owner, s.pid);
+    IF p_keys IS NOT NULL AND cardinality(d) > 0 AND t >= g.grace_until THEN
+        WITH gone AS (
+            UPDATE pgleader.lease AS l
+               SET expires_at = t
+              FROM unnest(p_keys) AS u(k), pgleader.set_member AS s
+             WHERE l.key = u.k AND s.set_name = p_set AND s.role = c AND s.owner = ANY (d)
+               AND l.holder = s.owner AND l.acquired_at >= s.bound_at AND l.expires_at > t
+               AND (l.role = c OR pgleader._own(l.role, false))
+            RETURNING 1
+        )
+        SELECT count(*)::integer INTO n FROM gone;
+        UPDATE pgleader.set_member AS s
+           SET pid = NULL, server_start = NULL, bound_at = NULL, expires_at = least(s.expires_at, t)
+         WHERE s.set_name = p_set AND s.role = c AND s.owner = ANY (d);
+    END IF;
+    FOR m IN SELECT s.owner FROM pgleader.set_member AS s WHERE s.set_name = p_set AND s.role = c LOOP
+        lk := pgleader._member_lock(p_set, c, m.owner);
+        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
+                       WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
+                         AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2) LOOP
+            PERFORM pg_advisory_unlock(lk.classid, lk.objid);
+        END LOOP;
+    END LOOP;
+    SELECT x.owner INTO nxt
+      FROM (SELECT s.owner FROM pgleader.set_member AS s
+             WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
+               AND s.server_start = pg_postmaster_start_time()
+               AND pgleader._member_held(p_set, c, s.owner, s.pid)) AS x
+     ORDER BY x.owner <= p_owner, x.owner
+     LIMIT 1;
+    RETURN QUERY SELECT n, d, nxt;
+END
+$$;
+
+REVOKE ALL ON FUNCTION pgleader._member_lock(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgleader._member_held(text, text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgleader.set_bind(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgleader.wait_member(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgleader.set_wake(text, text, text[]) FROM PUBLIC;
+
+-- _app_functions lists the functions an application role may execute: the
+-- new ones too.
+CREATE OR REPLACE FUNCTION pgleader._app_functions()
+RETURNS SETOF regprocedure
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+    SELECT p.oid::regprocedure
+      FROM pg_catalog.pg_proc AS p
+     WHERE p.pronamespace = 'pgleader'::regnamespace
+       AND p.proname = ANY (ARRAY[
+           'acquire', 'acquire_many', 'advance', 'bind_refusal', 'campaign', 'campaign_bound', 'candidates',
+           'fence_claim', 'fence_floor',
+           'fence_trigger', 'fence_write', 'grace', 'hand_off', 'hint_handoff', 'holds', 'install_fence_trigger',
+           'job_claim', 'job_finish', 'job_runs', 'job_schedule', 'job_status',
+           'lease', 'lease_guard', 'leases', 'notify', 'release', 'release_many', 'renew', 'renew_bound', 'renew_many',
+           'renew_term', 'resign', 'set_acquire', 'set_bind', 'set_release', 'set_renew', 'set_status', 'set_tick',
+           'set_wake', 'take', 'transfer', 'unbind', 'wait_member', 'wait_session', 'withdraw'])
+$$;
+
+-- The roles granted the application's functions get the new ones too.
+DO $$
+DECLARE
+    r name;
+    f regprocedure;
+BEGIN
+    FOR r IN SELECT DISTINCT pg_catalog.pg_get_userbyid(a.grantee)
+               FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
+              WHERE p.oid = 'pgleader.lease(text)'::regprocedure AND a.privilege_type = 'EXECUTE'
+                AND a.grantee <> 0 AND a.grantee <> p.proowner LOOP
+        FOR f IN SELECT * FROM pgleader._app_functions() LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, r);
+        END LOOP;
+    END LOOP;
+END
+$$;

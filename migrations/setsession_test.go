@@ -1,0 +1,298 @@
+package migrations_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgleader/pgleader/internal/pgtest"
+)
+
+// setBind binds conn's session to owner's membership of set s.
+func setBind(t *testing.T, conn *pgx.Conn, owner, ttl string) (bool, string) {
+	t.Helper()
+	var bound bool
+	var refusal *string
+	if err := conn.QueryRow(context.Background(), `SELECT bound, refusal FROM pgleader.set_bind('s', $1, $2::interval)`, owner, ttl).
+		Scan(&bound, &refusal); err != nil {
+		t.Fatalf("set_bind(%s): %v", owner, err)
+	}
+	if refusal == nil {
+		return bound, ""
+	}
+	return bound, *refusal
+}
+
+type wakeResult struct {
+	lapsed int
+	dead   []string
+	watch  string
+}
+
+// setWake is owner's wake for set s with keys (nil: none sent).
+func setWake(t *testing.T, conn *pgx.Conn, owner string, keys []string) wakeResult {
+	t.Helper()
+	var r wakeResult
+	var watch *string
+	if err := conn.QueryRow(context.Background(), `SELECT lapsed, dead, watch FROM pgleader.set_wake('s', $1, $2)`, owner, keys).
+		Scan(&r.lapsed, &r.dead, &watch); err != nil {
+		t.Fatalf("set_wake(%s): %v", owner, err)
+	}
+	if watch != nil {
+		r.watch = *watch
+	}
+	return r
+}
+
+// liveKeys returns keys held live, by holder.
+func liveKeys(t *testing.T, conn *pgx.Conn, keys []string) map[string][]string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `SELECT key, holder FROM pgleader.lease
+		WHERE key = ANY ($1) AND holder IS NOT NULL AND expires_at > clock_timestamp() ORDER BY key`, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for rows.Next() {
+		var k, h string
+		if err := rows.Scan(&k, &h); err != nil {
+			t.Fatal(err)
+		}
+		out[h] = append(out[h], k)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestSetWake: a bound member's keys are lapsed by a watcher's wake once
+// its session ends, and only then; only the keys it acquired since its
+// binding, among the keys sent; the ring's next member is named; nothing is
+// lapsed in the grace or for a binding of an earlier server run.
+func TestSetWake(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	sa, wb, sb := db.Conn(t), db.Conn(t), db.Conn(t)
+	keys := []string{"k1", "k2", "k3", "k4"}
+
+	// k1 is a's before its binding: never lapsed early.
+	if won := setAcquire(t, db.Pool, "a", "k1"); len(won) != 1 {
+		t.Fatalf("a won %v", won)
+	}
+	if ok, why := setBind(t, sa, "a", "1 minute"); !ok || why != "" {
+		t.Fatalf("set_bind(a) = %v, %q; want bound", ok, why)
+	}
+	if ok, why := setBind(t, sb, "b", "1 minute"); !ok || why != "" {
+		t.Fatalf("set_bind(b) = %v, %q; want bound", ok, why)
+	}
+	// A second session of a, while the first lives, is not bound.
+	if ok, why := setBind(t, db.Conn(t), "a", "1 minute"); ok || why != "" {
+		t.Fatalf("a second set_bind(a) = %v, %q; want not bound, no refusal", ok, why)
+	}
+	mustExec(t, db.Pool, `SELECT 1 FROM pgleader.set_renew('s', 'a', '{}', '{}', '1 minute', 1)`)
+	mustExec(t, db.Pool, `SELECT 1 FROM pgleader.set_renew('s', 'b', '{}', '{}', '1 minute', 0)`)
+	if won := setAcquire(t, db.Pool, "a", "k2", "k3"); len(won) != 2 {
+		t.Fatalf("a won %v", won)
+	}
+
+	// Both live: nothing dead, nothing lapsed; b watches a, a watches b.
+	if r := setWake(t, wb, "b", keys); r.lapsed != 0 || len(r.dead) != 0 || r.watch != "a" {
+		t.Fatalf("wake with a live = %+v; want nothing lapsed, watch a", r)
+	}
+	if r := setWake(t, db.Conn(t), "a", nil); r.watch != "b" {
+		t.Fatalf("a's wake = %+v; want watch b", r)
+	}
+	// A wait on a live member's lock times out.
+	var got bool
+	if err := wb.QueryRow(ctx, `SELECT pgleader.wait_member('s', 'a', '50 milliseconds')`).Scan(&got); err != nil || got {
+		t.Fatalf("wait_member(a) while a lives = %v, %v; want false", got, err)
+	}
+
+	// a's session ends: b's wait is granted, and its wake lapses k2 and
+	// k3 (sent), not k1 (before the binding).
+	wbPID := backendPID(t, wb)
+	done := make(chan error, 1)
+	go func() {
+		var g bool
+		err := wb.QueryRow(ctx, `SELECT pgleader.wait_member('s', 'a', '15 seconds')`).Scan(&g)
+		if err == nil && !g {
+			err = context.DeadlineExceeded
+		}
+		done <- err
+	}()
+	waitLockWait(t, db.Pool, wbPID)
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, sa))
+	if err := <-done; err != nil {
+		t.Fatalf("wait_member(a) after a's session ended: %v", err)
+	}
+	// Without keys, the wake names the dead and lapses nothing.
+	if r := setWake(t, db.Conn(t), "b", nil); r.lapsed != 0 || !slices.Equal(r.dead, []string{"a"}) {
+		t.Fatalf("wake without keys = %+v; want a dead, nothing lapsed", r)
+	}
+	if r := setWake(t, wb, "b", []string{"k1", "k2"}); r.lapsed != 1 || !slices.Equal(r.dead, []string{"a"}) || r.watch != "" {
+		t.Fatalf("wake = %+v; want k2 lapsed, a dead, nobody to watch", r)
+	}
+	if live := liveKeys(t, wb, keys); !slices.Equal(live["a"], []string{"k1", "k3"}) {
+		t.Fatalf("after the wake a holds %v; want k1 (before its binding) and k3 (not sent)", live)
+	}
+	// a is unbound and no longer a member; b's wait lock is let go.
+	var members int
+	if err := wb.QueryRow(ctx, `SELECT count(*) FROM pgleader.set_member WHERE set_name = 's' AND expires_at > clock_timestamp()`).Scan(&members); err != nil || members != 1 {
+		t.Fatalf("live members after the wake = %d, %v; want 1 (b)", members, err)
+	}
+	if r := setWake(t, wb, "b", keys); r.lapsed != 0 || len(r.dead) != 0 {
+		t.Fatalf("a second wake = %+v; want nothing (a unbound)", r)
+	}
+	sa2 := db.Conn(t)
+	if ok, _ := setBind(t, sa2, "a", "1 minute"); !ok {
+		t.Fatal("a's new session could not bind after the wake: the watcher kept its lock")
+	}
+
+	// a's new binding, then a binding of an earlier server run and one in
+	// the grace: neither lapses a's keys.
+	if won := setAcquire(t, db.Pool, "a", "k4"); len(won) != 1 {
+		t.Fatalf("a won %v", won)
+	}
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, sa2))
+	waitGone(t, db, "a")
+	mustExec(t, db.Pool, `UPDATE pgleader.set_member SET server_start = server_start - interval '1 hour' WHERE owner = 'a'`)
+	if r := setWake(t, wb, "b", keys); r.lapsed != 0 || len(r.dead) != 0 {
+		t.Fatalf("wake for a binding of an earlier server run = %+v; want nothing", r)
+	}
+	mustExec(t, db.Pool, `UPDATE pgleader.set_member SET server_start = pg_postmaster_start_time() WHERE owner = 'a'`)
+	mustExec(t, db.Pool, `UPDATE pgleader.server_epoch SET grace_until = clock_timestamp() + interval '1 minute'`)
+	if r := setWake(t, wb, "b", keys); r.lapsed != 0 || !slices.Equal(r.dead, []string{"a"}) {
+		t.Fatalf("wake in the grace = %+v; want a dead, nothing lapsed", r)
+	}
+	endGrace(t, db)
+	if r := setWake(t, wb, "b", keys); r.lapsed != 1 {
+		t.Fatalf("wake after the grace = %+v; want k4 lapsed", r)
+	}
+	if live := liveKeys(t, wb, keys); !slices.Equal(live["a"], []string{"k1", "k3"}) {
+		t.Fatalf("a holds %v; want k1 and k3", live)
+	}
+}
+
+// TestSetWakeRing: each member watches the next live bound member in owner
+// order, round the ring, and a member bound by nobody is not watched.
+func TestSetWakeRing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	sessions := map[string]*pgx.Conn{}
+	for _, o := range []string{"m0", "m1", "m2"} {
+		sessions[o] = db.Conn(t)
+		if ok, why := setBind(t, sessions[o], o, "1 minute"); !ok {
+			t.Fatalf("set_bind(%s) = %v, %q", o, ok, why)
+		}
+	}
+	join(t, db.Pool, "unbound", 0)
+	w := db.Conn(t)
+	for o, want := range map[string]string{"m0": "m1", "m1": "m2", "m2": "m0", "unbound": "m0"} {
+		if r := setWake(t, w, o, nil); r.watch != want {
+			t.Errorf("%s watches %q; want %q", o, r.watch, want)
+		}
+	}
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, sessions["m1"]))
+	waitGone(t, db, "m1")
+	if r := setWake(t, w, "m0", nil); r.watch != "m2" || !slices.Equal(r.dead, []string{"m1"}) {
+		t.Errorf("m0 after m1's end = %+v; want m1 dead, watch m2", r)
+	}
+}
+
+// waitGone waits until owner's member lock is free of its bound session.
+func waitGone(t *testing.T, db *pgtest.DB, owner string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		var n int
+		if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity a, pgleader.set_member s
+			WHERE s.owner = $1 AND a.pid = s.pid`, owner).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if i > 3000 {
+			t.Fatalf("%s's session still lives", owner)
+		}
+		pgSleep(t, db)
+	}
+}
+
+func pgSleep(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	mustExec(t, db.Pool, `SELECT pg_sleep(0.005)`)
+}
+
+// TestSetBindRefusal: set_bind refuses a session the server would end for
+// idleness sooner than the TTL, and checks its arguments.
+func TestSetBindRefusal(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	c := db.Conn(t)
+	// idle_session_timeout exists from PostgreSQL 14; on 13
+	// tcp_user_timeout shows the same refusal over the tests' TCP
+	// connections.
+	var version int
+	var tcp bool
+	if err := c.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int, inet_client_addr() IS NOT NULL`).Scan(&version, &tcp); err != nil {
+		t.Fatal(err)
+	}
+	setting := `SET idle_session_timeout = '2s'`
+	if version < 140000 {
+		if !tcp {
+			t.Fatalf("PostgreSQL %d has no idle_session_timeout and the test's connection is not TCP: no setting left to refuse", version)
+		}
+		setting = `SET tcp_user_timeout = 2000`
+	}
+	mustExec(t, c, setting)
+	if ok, why := setBind(t, c, "a", "10 seconds"); ok || why == "" {
+		t.Fatalf("set_bind after %s, TTL 10s = %v, %q; want a refusal", setting, ok, why)
+	}
+	if ok, why := setBind(t, c, "a", "1 second"); !ok || why != "" {
+		t.Fatalf("set_bind after %s, TTL 1s = %v, %q; want bound", setting, ok, why)
+	}
+	_, err := c.Exec(context.Background(), `SELECT * FROM pgleader.set_bind('s', 'a', '1 hour')`)
+	wantCode(t, "set_bind for longer than max_ttl", err, "22023", "max_ttl")
+	_, err = c.Exec(context.Background(), `SELECT * FROM pgleader.set_bind('', 'a', '1 minute')`)
+	wantCode(t, "set_bind with an empty set name", err, "22023", "")
+	_, err = c.Exec(context.Background(), `SELECT pgleader.wait_member('s', 'a', '0 seconds')`)
+	wantCode(t, "wait_member with no timeout", err, "22023", "timeout must be positive")
+}
+
+// TestSetWakeOtherRole: a wake lapses only keys of the caller's role, even
+// for a member of another role with the same set and owner names whose
+// session ended.
+func TestSetWakeOtherRole(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	h, hURL := db.NewRole(t, "SELECT pgleader.grant_usage($1)")
+	hs, err := pgx.Connect(context.Background(), hURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close(context.Background())
+	hw, err := pgx.Connect(context.Background(), hURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hw.Close(context.Background())
+	if ok, why := setBind(t, hs, "a", "1 minute"); !ok {
+		t.Fatalf("%s's set_bind(a) = %v, %q", h, ok, why)
+	}
+	// The schema's owner's member a wins k after h's a was bound.
+	if won := setAcquire(t, db.Pool, "a", "k"); len(won) != 1 {
+		t.Fatalf("a won %v", won)
+	}
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, hs))
+	waitGone(t, db, "a")
+	if r := setWake(t, hw, "b", []string{"k"}); r.lapsed != 0 || !slices.Equal(r.dead, []string{"a"}) {
+		t.Fatalf("%s's wake = %+v; want its own a dead and the owner's key not lapsed", h, r)
+	}
+	if live := liveKeys(t, db.Conn(t), []string{"k"}); !slices.Equal(live["a"], []string{"k"}) {
+		t.Fatalf("k after another role's wake: %v; want a's still", live)
+	}
+}
