@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgleader/pgleader/internal/check"
 )
 
@@ -148,6 +150,10 @@ type Abilities struct {
 	// session: only a Postgres backend that can open connections of its
 	// own can.
 	session func(key string, ttl time.Duration, log *slog.Logger) *boundSession
+	// connect is the configuration of the connections a session-bound
+	// Set member opens of its own (see SetOptions.SessionBound); nil if
+	// the backend cannot open any.
+	connect *pgx.ConnConfig
 }
 
 // Steerer is the part of a backend that acts on terms from outside them.

@@ -6,4 +6,9 @@ import (
 	"github.com/pgleader/pgleader/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if runSetChild() { // a child process of TestSetSessionBound*
+		return
+	}
+	pgtest.Main(m)
+}

@@ -121,4 +121,23 @@ type SetOptions struct {
 	// CancelOnStop cancels each body's context as soon as its term ends
 	// stopped or resigned, as Options.CancelOnStop.
 	CancelOnStop bool
+	// SessionBound binds this member to a database session of its own
+	// (schema version 25), one per member whatever the number of keys, so
+	// that when that session ends — most often because the member's
+	// process died — another member lapses the keys it held and the
+	// members take them at once instead of at their expiry (docs/sets.md,
+	// "Session-bound members"). Every member of the set should set it: the
+	// members watch each other in a ring, each on one more connection of
+	// its own. The member keeps a read pending on its bound session, and a
+	// session that ends while the process lives (pg_terminate_backend, a
+	// proxy's reset) ends all its terms as lost at once; until it learns,
+	// another member may already lead some of its keys: the one exception
+	// to "one leader per key" this option makes, while the fence still
+	// refuses the old terms' writes. It needs the PostgreSQL backend over
+	// a pool (or with ListenWith) connected to PostgreSQL directly, and a
+	// server that does not end idle sessions sooner than the TTL; Run
+	// refuses it otherwise ([Permanent]). Through a pooler in session mode
+	// Run falls back to the TTL (nothing is bound, and a warning is
+	// logged); through one in transaction mode it refuses. Off by default.
+	SessionBound bool
 }

@@ -129,6 +129,7 @@ func (p *Postgres) Abilities() Abilities {
 		ab.session = func(key string, ttl time.Duration, log *slog.Logger) *boundSession {
 			return newBoundSession(p.connect, key, ttl, log)
 		}
+		ab.connect = p.connect
 	}
 	return ab
 }

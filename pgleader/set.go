@@ -58,6 +58,10 @@ func NewSet(backend SetBackend, spec Spec, keys []string, opts SetOptions) (*Set
 	if spec.RequireFenceAdvance && opts.FenceFloors == nil {
 		return nil, invalidf("Spec.RequireFenceAdvance is set but SetOptions.FenceFloors is nil")
 	}
+	if opts.SessionBound && backend.Abilities().connect == nil {
+		return nil, invalidf("SetOptions.SessionBound is set and %T cannot open a session of its own: "+
+			"use the PostgreSQL backend over a pool (NewPostgres(pool)) or with ListenWith", backend)
+	}
 	set := make(map[string]struct{}, len(keys))
 	for _, k := range keys {
 		if err := CheckKey(k); err != nil {
@@ -263,6 +267,22 @@ type setRun struct {
 	campaignT                      *time.Timer
 	termT                          *time.Timer // the earliest instant a term's machine needs
 	releaseT                       *time.Timer // armed while releases wait to be batched
+
+	// With SetOptions.SessionBound (setbound.go): the member's bound
+	// session, the context and wait group of its binder and watcher
+	// goroutines, the end of the session bound now (nil while unbound),
+	// whether the member may campaign (bound, or running without a
+	// binding behind a session pooler), whether the watcher runs, and the
+	// binding's generation, raised at each session's end.
+	sess      *setSession
+	sessCtx   context.Context
+	sessStop  context.CancelFunc
+	sessWG    sync.WaitGroup
+	sessEnded <-chan struct{}
+	watchPoke chan struct{} // a tick found the members changed
+	bound     bool
+	watching  bool
+	gen       int
 }
 
 func newSetRun(s *Set, ctx context.Context) *setRun {
@@ -296,6 +316,10 @@ func (r *setRun) loop() {
 	defer r.renewT.Stop()
 	defer r.campaignT.Stop()
 	defer r.termT.Stop()
+	if s.opts.SessionBound {
+		r.startBinding()
+		defer r.stopBinding()
+	}
 	stop := r.ctx.Done()
 	var hints <-chan Event
 	if w := s.backend.Abilities().Events; w != nil {
@@ -344,6 +368,8 @@ func (r *setRun) loop() {
 		case <-r.releaseT.C:
 			r.batching = false
 			r.startRelease()
+		case <-r.sessEnded:
+			r.sessionLost()
 		}
 		r.settle()
 	}
@@ -530,6 +556,7 @@ func (r *setRun) renewed(sent time.Time, took time.Duration, keys []string, term
 	s.mu.Lock()
 	s.status.LastRenewSent = sent
 	s.mu.Unlock()
+	r.pokeWatch(r.members, d.Members)
 	r.members, r.handed, r.ticks = d.Members, d.Handed, min(r.ticks+1, 2)
 	if !r.fruitless.stale(sent, d.Members, s.spec.TTL, time.Now()) {
 		r.fruitless = fruitless{} // counts newer than the fruitless sweep
@@ -595,13 +622,17 @@ func (r *setRun) candidates() []string {
 	return out
 }
 
+// unbound reports whether the member must not campaign: SessionBound and
+// no session bound now.
+func (r *setRun) unbound() bool { return r.sess != nil && !r.bound }
+
 // startCampaign sends one campaign, if one may take anything, for the keys
 // this replica does not hold (at most campaignBudget of them, from the
 // key its part starts at up to the last key, see home), bounded by the
 // yield instant of the terms it would start.
 func (r *setRun) startCampaign() {
 	s := r.s
-	if r.campaigning || r.stopping {
+	if r.campaigning || r.stopping || r.unbound() {
 		return
 	}
 	now := time.Now()
@@ -631,7 +662,7 @@ func (r *setRun) startCampaign() {
 	if len(keys) > 0 {
 		keys, sweep, next = r.nextPart(keys, now)
 	}
-	extra := r.extra
+	extra, gen := r.extra, r.gen
 	r.campaigning = true
 	go func() {
 		var floors []int64
@@ -647,7 +678,7 @@ func (r *setRun) startCampaign() {
 			}
 			if err != nil {
 				r.done <- func() {
-					r.campaigned(time.Time{}, nil, 0, false, byHint, 1, "", fmt.Errorf("pgleader: FenceFloors: %w", err))
+					r.campaigned(time.Time{}, gen, nil, 0, false, byHint, 1, "", fmt.Errorf("pgleader: FenceFloors: %w", err))
 				}
 				return
 			}
@@ -657,13 +688,22 @@ func (r *setRun) startCampaign() {
 		ctx, cancel := context.WithDeadline(r.ctx, s.spec.yieldAt(sent))
 		defer cancel()
 		won, members, err := s.backend.AcquireSet(ctx, s.spec.Key, s.opts.Owner, keys, floors, s.spec.TTL, held, extra, total, confirm)
-		r.done <- func() { r.campaigned(sent, won, members, len(keys) == 0, byHint, sweep, next, err) }
+		r.done <- func() { r.campaigned(sent, gen, won, members, len(keys) == 0, byHint, sweep, next, err) }
 	}()
 }
 
-func (r *setRun) campaigned(sent time.Time, won []Lease, members int, confirming, byHint bool, sweep int, next string, err error) {
+func (r *setRun) campaigned(sent time.Time, gen int, won []Lease, members int, confirming, byHint bool, sweep int, next string, err error) {
 	s := r.s
 	r.campaigning = false
+	if err == nil && gen != r.gen && len(won) > 0 {
+		// Sent before the member's bound session ended: the keys are
+		// bound to that session, and a watcher may lapse them.
+		s.log.Warn("a campaign sent before the member's bound session ended won keys: they are released", "keys", len(won))
+		for _, l := range won {
+			r.queueRelease(l.Key, l.Token, false)
+		}
+		won = nil
+	}
 	if err != nil {
 		if r.stopping && r.ctx.Err() != nil {
 			return

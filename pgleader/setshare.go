@@ -204,7 +204,7 @@ func (r *setRun) gate() time.Time {
 // member's row lapses, when its keys may be free; not before the run's
 // second tick is answered.
 func (r *setRun) schedule() {
-	if r.campaigning || r.stopping || r.ticks < 2 {
+	if r.campaigning || r.stopping || r.ticks < 2 || r.unbound() {
 		return
 	}
 	now := time.Now()
