@@ -57,7 +57,7 @@ var (
 	history     = flag.String("history", "", "write the history as JSON lines to this file (and the tables the checker read to FILE.tables.json)")
 	verbose     = flag.Bool("v", false, "the electors' logs on standard error")
 	recheck     = flag.String("recheck", "", "check the history that -history wrote to this file again (with -ttl and -set-keys as the run had them), and run nothing")
-	bound       = flag.Bool("session-bound", false, "turn pgleader.Options.SessionBound on in every replica's Elector (not with -set-keys); "+
+	bound       = flag.Bool("session-bound", false, "turn pgleader.Options.SessionBound on in every replica's Elector (SetOptions.SessionBound with -set-keys); "+
 		"the checker then counts P1 overlaps of a holder whose session ended while its process lived apart")
 )
 
@@ -87,9 +87,7 @@ func run(ctx context.Context) (int, error) {
 	}
 	cfg := chaos.Config{Seed: *seed, Duration: *duration, Log: os.Stdout}
 	cfg.Replicas, cfg.Verbose, cfg.SetKeys, cfg.UnitEvery = *replicas, *verbose, *setKeys, *unitEvery
-	if cfg.SessionBound = *bound; cfg.SessionBound && cfg.SetKeys > 0 {
-		return 2, fmt.Errorf("-session-bound: a pgleader.Set has no session-bound option; drop -set-keys")
-	}
+	cfg.SessionBound = *bound
 	cfg.Spec = pgleader.Spec{Key: "digest-publisher", TTL: *ttl, RequireFenceAdvance: true}
 	var err error
 	if cfg.NoFloor, err = ints(*noFloor); err != nil {

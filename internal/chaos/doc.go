@@ -35,7 +35,10 @@
 // replica's gate while it is paused and records them. That connection
 // carries pgleader's application_name, so kill-backends also terminates
 // every connection through the path's proxy, found by the client port the
-// server sees.
+// server sees. In set mode the option is the set's
+// (SetOptions.SessionBound): each replica's bound session and watch are
+// two connections of the set's own, through the lease path's proxy; the
+// lease audit shows the keys a watch lapsed, as it shows a campaign's.
 //
 // # The history
 //

@@ -40,7 +40,8 @@ type ReplicaConfig struct {
 	UnitEvery time.Duration
 	// Verbose sends the elector's logs to standard error.
 	Verbose bool
-	// SessionBound sets pgleader.Options.SessionBound (an Elector only).
+	// SessionBound sets pgleader.Options.SessionBound, or a set's
+	// SetOptions.SessionBound.
 	SessionBound bool `json:",omitempty"`
 }
 

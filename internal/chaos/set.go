@@ -32,7 +32,7 @@ func (r *replica) runSet(ctx context.Context, pg *pgleader.Postgres, logger *slo
 		gate: r.gates.loop, won: map[string]Event{}}
 	r.termOf = rec.term
 	o := pgleader.SetOptions{Owner: cfg.Owner, Lead: r.lead, Claim: r.claim, Logger: logger,
-		Observer: pgleader.ObserverFunc(r.observe)}
+		Observer: pgleader.ObserverFunc(r.observe), SessionBound: cfg.SessionBound}
 	spec := cfg.Spec
 	if cfg.Floor {
 		o.FenceFloors = r.floors
@@ -43,7 +43,14 @@ func (r *replica) runSet(ctx context.Context, pg *pgleader.Postgres, logger *slo
 	if err != nil {
 		return err
 	}
-	r.sink.Record(Event{Kind: KindStart, Replica: cfg.Index, Owner: cfg.Owner})
+	start := Event{Kind: KindStart, Replica: cfg.Index, Owner: cfg.Owner}
+	if cfg.SessionBound {
+		// Its bound session and its watch run on connections of the
+		// set's own (one each), past rec: the lease audit shows the
+		// watch's lapses, and the observer each term's end of belief.
+		start.Detail = startSessionBound
+	}
+	r.sink.Record(start)
 	return set.Run(ctx)
 }
 

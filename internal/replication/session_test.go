@@ -158,3 +158,180 @@ func TestSessionBoundServerRestart(t *testing.T) {
 		})
 	}
 }
+
+// setRun is one session-bound set member and the terms its body saw, by
+// key.
+type setRun struct {
+	mu    sync.Mutex
+	terms []*setSeen
+	set   *pgleader.Set
+}
+
+type setSeen struct {
+	key        string
+	token      int64
+	start, end time.Time
+	term       *pgleader.Term
+}
+
+func startBoundSet(t *testing.T, owner, url string, keys []string) *setRun {
+	t.Helper()
+	r := &setRun{}
+	s, err := pgleader.NewSet(pgleader.NewPostgres(pool(t, url), pgleader.WithLogger(quiet)), pgleader.Spec{Key: "bound-set", TTL: spec.TTL}, keys,
+		pgleader.SetOptions{Owner: owner, SessionBound: true, Logger: quiet,
+			Lead: func(ctx context.Context, tm *pgleader.Term) error {
+				seen := &setSeen{key: tm.Key(), token: tm.Token(), start: time.Now(), term: tm}
+				r.mu.Lock()
+				r.terms = append(r.terms, seen)
+				r.mu.Unlock()
+				<-tm.Ending()
+				r.mu.Lock()
+				seen.end = time.Now()
+				r.mu.Unlock()
+				return nil
+			}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.set = s
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+// live returns the terms running now.
+func (r *setRun) live() []setSeen {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []setSeen
+	for _, s := range r.terms {
+		if s.end.IsZero() {
+			out = append(out, *s)
+		}
+	}
+	return out
+}
+
+// TestSetSessionBoundServerRestart: as TestSessionBoundServerRestart, for
+// the members of a session-bound set: a restart ends every member's bound
+// session, the members end all their terms as lost, and no key's next term
+// starts before its old term's expiry (nor, after a crash, inside the
+// grace): the members' bindings name the server's earlier run.
+func TestSetSessionBoundServerRestart(t *testing.T) {
+	t.Parallel()
+	bin := postgresBin(t)
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
+	for _, c := range []struct {
+		name      string
+		immediate bool
+	}{{"clean", false}, {"crash", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			server := startCluster(t, bin, chaos.ClusterOptions{})
+			v := &variant{grace: true, db: "boundset"}
+			v.prepare(t, server.Addr())
+			url := dbURL(server.Addr(), v.db)
+			a := startBoundSet(t, "a", url, keys)
+			b := startBoundSet(t, "b", url, keys)
+			deadline := time.Now().Add(30 * time.Second)
+			for len(a.live()) != 3 || len(b.live()) != 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("a leads %d keys and b %d; want 3 each", len(a.live()), len(b.live()))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			p := pool(t, url)
+			var bound int
+			if err := p.QueryRow(ctx, `SELECT count(*) FROM pgleader.set_member WHERE pid IS NOT NULL`).Scan(&bound); err != nil || bound != 2 {
+				t.Fatalf("%d members bound before the restart (%v); want 2", bound, err)
+			}
+			p.Close()
+			before := append(a.live(), b.live()...)
+
+			restarted := time.Now()
+			if err := server.Restart(ctx, c.immediate, 0); err != nil {
+				t.Fatal(err)
+			}
+			p = pool(t, url)
+			old := map[string]struct {
+				token  int64
+				expiry time.Time
+			}{}
+			rows, err := p.Query(ctx, `SELECT key, token, expires_at FROM pgleader.lease WHERE key = ANY ($1)`, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var k string
+				var tok int64
+				var e time.Time
+				if err := rows.Scan(&k, &tok, &e); err != nil {
+					t.Fatal(err)
+				}
+				old[k] = struct {
+					token  int64
+					expiry time.Time
+				}{tok, e}
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Every term running at the restart ends, lost, within
+			// seconds: the pending reads see the sessions end.
+			deadline = time.Now().Add(5 * time.Second)
+			for _, r := range []*setRun{a, b} {
+				for {
+					r.mu.Lock()
+					open := 0
+					for _, s := range r.terms {
+						if s.end.IsZero() && s.start.Before(restarted) {
+							open++
+						}
+					}
+					r.mu.Unlock()
+					if open == 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%d terms from before the restart still run 5 s after it", open)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			for _, s := range before {
+				if reason := s.term.Reason(); reason != pgleader.ReasonLost {
+					t.Errorf("the term of %s ended %v; want lost", s.key, reason)
+				}
+			}
+			// Each key's next term, on the database clock.
+			deadline = time.Now().Add(4 * spec.TTL)
+			for _, k := range keys {
+				var next int64
+				var acquired, graceUntil time.Time
+				for {
+					if err := p.QueryRow(ctx, `SELECT l.token, l.acquired_at, g.grace_until FROM pgleader.lease AS l, pgleader.grace() AS g
+						WHERE l.key = $1 AND l.holder IS NOT NULL`, k).Scan(&next, &acquired, &graceUntil); err == nil && next > old[k].token {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("no term of %s after token %d within %v of the restart", k, old[k].token, 4*spec.TTL)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				if acquired.Before(old[k].expiry) {
+					t.Errorf("%s: token %d started at %v, before token %d's expiry %v: a binding of the server's earlier run lapsed a key early",
+						k, next, acquired, old[k].token, old[k].expiry)
+				}
+				if c.immediate && acquired.Before(graceUntil) {
+					t.Errorf("%s: token %d started at %v, inside the grace (until %v)", k, next, acquired, graceUntil)
+				}
+			}
+			t.Logf("%s restart: every term from before it ended lost; every key's next term started at or after its old expiry", c.name)
+		})
+	}
+}
