@@ -79,6 +79,12 @@ func main() {
 		}
 		return
 	}
+	if *setBound && !*setProcs {
+		// In one process a crash fails the replica's statements while its
+		// sessions live on: nothing would end its bound session.
+		fmt.Fprintln(os.Stderr, "pgleader-bench: -set-bound needs -set-procs (a crash must end the replica's process, and with it its sessions)")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx); err != nil {

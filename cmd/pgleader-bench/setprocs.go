@@ -19,6 +19,7 @@ import (
 
 var (
 	setProcs = flag.Bool("set-procs", false, "run each replica of the sets scale measurement in a process of its own, and crash one with SIGKILL (the default: three pools in this process, and a crash that fails its statements)")
+	setBound = flag.Bool("set-bound", false, "with -set-procs, measure the sets scale measurement twice per key count: as ever, then with SetOptions.SessionBound in every replica (its crash row then also counts from the SIGKILL)")
 	setChild = flag.Bool("set-child", false, "run as one replica process of the sets scale measurement (arguments: URL SET OWNER KEYS); the bench starts these itself")
 )
 
@@ -71,6 +72,7 @@ func (r *localScale) running() bool { return r.cancel != nil }
 type procScale struct {
 	url, set, owner string
 	n               int
+	bound           bool // SetOptions.SessionBound
 	log             *entryLog
 	took            *tickTimes // the ticks' round trips
 
@@ -96,6 +98,9 @@ func (p *procScale) start() error {
 	args := []string{"-set-child"}
 	if *setTrace {
 		args = append(args, "-set-trace")
+	}
+	if p.bound {
+		args = append(args, "-set-bound")
 	}
 	p.cmd = exec.Command(self, append(args, p.url, p.set, p.owner, strconv.Itoa(p.n))...)
 	p.cmd.Stderr = os.Stderr
@@ -264,6 +269,7 @@ func runSetChild(args []string) error {
 	}
 	defer r.close()
 	r.trace.Store(*setTrace)
+	r.bound = *setBound
 	var mu sync.Mutex
 	out := bufio.NewWriterSize(os.Stdout, 1<<16)
 	emit := func(format string, a ...any) {

@@ -28,7 +28,9 @@ type setReplica struct {
 	// when the last tick answered was sent (UnixNano).
 	campaigns, ticks, last atomic.Int64
 	// trace, when set, prints each set statement (-set-trace).
-	trace  atomic.Bool
+	trace atomic.Bool
+	// bound runs the set with SetOptions.SessionBound (-set-bound).
+	bound  bool
 	set    *pgleader.Set
 	cancel context.CancelFunc
 	done   chan error
@@ -118,7 +120,7 @@ func (r *setReplica) ReleaseSet(ctx context.Context, set, owner string, keys []s
 func (r *setReplica) start(name string, keys []string, lead func(context.Context, *pgleader.Term) error, obs pgleader.Observer) error {
 	spec := recipe(name)
 	spec.RequireFenceAdvance = false
-	s, err := pgleader.NewSet(r, spec, keys, pgleader.SetOptions{Owner: r.owner, Logger: quiet, Lead: lead, Observer: obs})
+	s, err := pgleader.NewSet(r, spec, keys, pgleader.SetOptions{Owner: r.owner, Logger: quiet, Lead: lead, Observer: obs, SessionBound: r.bound})
 	if err != nil {
 		return err
 	}
@@ -186,9 +188,15 @@ func (b *bench) setsTable(ctx context.Context) error {
 	if err := b.setSharedRun(ctx); err != nil {
 		return err
 	}
+	modes := []bool{false}
+	if *setBound {
+		modes = append(modes, true)
+	}
 	for _, n := range *setScale {
-		if err := b.setScaleRun(ctx, n); err != nil {
-			return err
+		for _, bound := range modes {
+			if err := b.setScaleRun(ctx, n, bound); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
