@@ -60,13 +60,19 @@ $$;
 -- set_bind binds the calling session to p_owner's membership of p_set: it
 -- takes the member lock (unless this session holds it), records the
 -- session in the member's row (creating the row as a tick would, holding
--- nothing, if there is none) and answers bound. It binds nothing when the
+-- nothing, if there is none) and answers bound. If the row names an
+-- earlier session of the member on this server run that has ended, it
+-- first lapses, outside the grace, the keys among p_keys (the set's keys)
+-- the member acquired since that binding, as a watcher's wake would
+-- (lapsed counts them): the caller ended those terms when that session
+-- ended, and a watcher that was not waiting on the lock at that instant
+-- would otherwise leave them to their expiry. It binds nothing when the
 -- server could end this session sooner than p_ttl after it last heard from
 -- the client (refusal says why: see bind_refusal), or when another session
 -- holds the lock (a live earlier session of the same member, or a watcher
 -- that was just granted it: the caller tries again later).
-CREATE FUNCTION pgleader.set_bind(p_set text, p_owner text, p_ttl interval)
-RETURNS TABLE(bound boolean, refusal text)
+CREATE FUNCTION pgleader.set_bind(p_set text, p_owner text, p_ttl interval, p_keys text[] DEFAULT NULL)
+RETURNS TABLE(bound boolean, refusal text, lapsed integer)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pgleader, pg_temp AS $$
@@ -76,12 +82,19 @@ DECLARE
     why text;
     lk record;
     t timestamptz;
+    g record;
+    old pgleader.set_member%ROWTYPE;
+    n integer := 0;
 BEGIN
     PERFORM pgleader._check_args(p_set, p_owner, p_ttl, true, true);
-    PERFORM pgleader._check_ttl(p_ttl, (pgleader._grace()).max_ttl);
+    IF p_keys IS NOT NULL THEN
+        PERFORM pgleader._check_keys(p_keys, NULL, false);
+    END IF;
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
     why := pgleader.bind_refusal(p_ttl);
     IF why IS NOT NULL THEN
-        RETURN QUERY SELECT false, why;
+        RETURN QUERY SELECT false, why, 0;
         RETURN;
     END IF;
     lk := pgleader._member_lock(p_set, c, p_owner);
@@ -89,15 +102,31 @@ BEGIN
                     WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
                       AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2)
        AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
-        RETURN QUERY SELECT false, NULL::text;
+        RETURN QUERY SELECT false, NULL::text, 0;
         RETURN;
     END IF;
+    SELECT * INTO old FROM pgleader.set_member AS s
+     WHERE s.set_name = p_set AND s.role = c AND s.owner = p_owner
+       FOR UPDATE;
     t := clock_timestamp();
+    IF FOUND AND p_keys IS NOT NULL AND old.pid IS NOT NULL AND old.pid <> pg_backend_pid()
+       AND old.server_start = pg_postmaster_start_time() AND t >= g.grace_until
+       AND NOT pgleader._member_held(p_set, c, p_owner, old.pid) THEN
+        WITH gone AS (
+            UPDATE pgleader.lease AS l
+               SET expires_at = t
+              FROM unnest(p_keys) AS u(k)
+             WHERE l.key = u.k AND l.holder = p_owner AND l.acquired_at >= old.bound_at AND l.expires_at > t
+               AND (l.role = c OR pgleader._own(l.role, false))
+            RETURNING 1
+        )
+        SELECT count(*)::integer INTO n FROM gone;
+    END IF;
     INSERT INTO pgleader.set_member AS s (set_name, role, owner, held, joined_at, expires_at, pid, server_start, bound_at)
     VALUES (p_set, c, p_owner, 0, t, t + p_ttl, pg_backend_pid(), pg_postmaster_start_time(), t)
     ON CONFLICT (set_name, role, owner) DO UPDATE
        SET pid = excluded.pid, server_start = excluded.server_start, bound_at = excluded.bound_at;
-    RETURN QUERY SELECT true, NULL::text;
+    RETURN QUERY SELECT true, NULL::text, n;
 END
 $$;
 
@@ -136,10 +165,12 @@ $$;
 -- binding, then unbinds the dead members and ends their membership (their
 -- row's expiry set to now): lapsed counts the keys. p_keys are the set's
 -- keys the caller does not hold: a key is lapsed only for a set that names
--- it. Then it lets go of every member lock of the set this session holds
--- (granted to wait_member) and answers, in watch, the live bound member
--- that follows p_owner in owner order (round the ring), NULL if none: the
--- caller waits on it next.
+-- it. Then, unless it names dead members without having been sent keys
+-- (the caller calls again with them), it lets go of every member lock of
+-- the set this session holds (granted to wait_member): a dead member's new
+-- session cannot bind before its keys are lapsed. It answers, in watch,
+-- the live bound member that follows p_owner in owner order (round the
+-- ring), NULL if none: the caller waits on it next.
 CREATE FUNCTION pgleader.set_wake(p_set text, p_owner text, p_keys text[])
 RETURNS TABLE(lapsed integer, dead text[], watch text)
 LANGUAGE plpgsql
@@ -191,7 +222,8 @@ BEGIN
            SET pid = NULL, server_start = NULL, bound_at = NULL, expires_at = least(s.expires_at, t)
          WHERE s.set_name = p_set AND s.role = c AND s.owner = ANY (d);
     END IF;
-    FOR m IN SELECT s.owner FROM pgleader.set_member AS s WHERE s.set_name = p_set AND s.role = c LOOP
+    FOR m IN SELECT s.owner FROM pgleader.set_member AS s
+              WHERE s.set_name = p_set AND s.role = c AND (p_keys IS NOT NULL OR cardinality(d) = 0) LOOP
         lk := pgleader._member_lock(p_set, c, m.owner);
         WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
                        WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
@@ -212,7 +244,7 @@ $$;
 
 REVOKE ALL ON FUNCTION pgleader._member_lock(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader._member_held(text, text, text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pgleader.set_bind(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgleader.set_bind(text, text, interval, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader.wait_member(text, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader.set_wake(text, text, text[]) FROM PUBLIC;
 

@@ -1458,12 +1458,17 @@ func (e *hostileEnv) functionCases() map[string][]hostileCall {
 					victimSet, victimHolder, victimSetKey, stok),
 				verify: wantTexts("{}")},
 		},
-		"pgleader.set_bind(text,text,interval)": {
+		"pgleader.set_bind(text,text,interval,text[])": {
 			// Members are per role: H binds a member of its own of that
-			// name; V's row and lock are untouched.
+			// name; V's row and lock are untouched, and V's keys sent
+			// with it are not lapsed.
 			{what: "bind as the victim's set member",
 				run:    textsOf(`SELECT bound::text FROM pgleader.set_bind($1, $2, '1 minute')`, victimSet, victimHolder),
 				verify: wantTexts("true")},
+			{what: "bind as the victim's set member, sending the victim's set keys",
+				run: textsOf(`SELECT lapsed::text FROM pgleader.set_bind($1, $2, '1 minute', ARRAY[$3, $4])`,
+					victimSet, victimHolder, victimSetKey, victimHanded),
+				verify: wantTexts("0")},
 		},
 		"pgleader.set_wake(text,text,text[])": {
 			// H's own member of the victim's holder's name, bound to this

@@ -2001,9 +2001,9 @@ BEGIN
 END
 $function$;
 
--- function pgleader.set_bind(text,text,interval); grants: none
-CREATE OR REPLACE FUNCTION pgleader.set_bind(p_set text, p_owner text, p_ttl interval)
- RETURNS TABLE(bound boolean, refusal text)
+-- function pgleader.set_bind(text,text,interval,text[]); grants: none
+CREATE OR REPLACE FUNCTION pgleader.set_bind(p_set text, p_owner text, p_ttl interval, p_keys text[] DEFAULT NULL::text[])
+ RETURNS TABLE(bound boolean, refusal text, lapsed integer)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
@@ -2014,12 +2014,19 @@ DECLARE
     why text;
     lk record;
     t timestamptz;
+    g record;
+    old pgleader.set_member%ROWTYPE;
+    n integer := 0;
 BEGIN
     PERFORM pgleader._check_args(p_set, p_owner, p_ttl, true, true);
-    PERFORM pgleader._check_ttl(p_ttl, (pgleader._grace()).max_ttl);
+    IF p_keys IS NOT NULL THEN
+        PERFORM pgleader._check_keys(p_keys, NULL, false);
+    END IF;
+    g := pgleader._grace();
+    PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
     why := pgleader.bind_refusal(p_ttl);
     IF why IS NOT NULL THEN
-        RETURN QUERY SELECT false, why;
+        RETURN QUERY SELECT false, why, 0;
         RETURN;
     END IF;
     lk := pgleader._member_lock(p_set, c, p_owner);
@@ -2027,15 +2034,31 @@ BEGIN
                     WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
                       AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2)
        AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
-        RETURN QUERY SELECT false, NULL::text;
+        RETURN QUERY SELECT false, NULL::text, 0;
         RETURN;
     END IF;
+    SELECT * INTO old FROM pgleader.set_member AS s
+     WHERE s.set_name = p_set AND s.role = c AND s.owner = p_owner
+       FOR UPDATE;
     t := clock_timestamp();
+    IF FOUND AND p_keys IS NOT NULL AND old.pid IS NOT NULL AND old.pid <> pg_backend_pid()
+       AND old.server_start = pg_postmaster_start_time() AND t >= g.grace_until
+       AND NOT pgleader._member_held(p_set, c, p_owner, old.pid) THEN
+        WITH gone AS (
+            UPDATE pgleader.lease AS l
+               SET expires_at = t
+              FROM unnest(p_keys) AS u(k)
+             WHERE l.key = u.k AND l.holder = p_owner AND l.acquired_at >= old.bound_at AND l.expires_at > t
+               AND (l.role = c OR pgleader._own(l.role, false))
+            RETURNING 1
+        )
+        SELECT count(*)::integer INTO n FROM gone;
+    END IF;
     INSERT INTO pgleader.set_member AS s (set_name, role, owner, held, joined_at, expires_at, pid, server_start, bound_at)
     VALUES (p_set, c, p_owner, 0, t, t + p_ttl, pg_backend_pid(), pg_postmaster_start_time(), t)
     ON CONFLICT (set_name, role, owner) DO UPDATE
        SET pid = excluded.pid, server_start = excluded.server_start, bound_at = excluded.bound_at;
-    RETURN QUERY SELECT true, NULL::text;
+    RETURN QUERY SELECT true, NULL::text, n;
 END
 $function$;
 
@@ -2411,7 +2434,8 @@ BEGIN
            SET pid = NULL, server_start = NULL, bound_at = NULL, expires_at = least(s.expires_at, t)
          WHERE s.set_name = p_set AND s.role = c AND s.owner = ANY (d);
     END IF;
-    FOR m IN SELECT s.owner FROM pgleader.set_member AS s WHERE s.set_name = p_set AND s.role = c LOOP
+    FOR m IN SELECT s.owner FROM pgleader.set_member AS s
+              WHERE s.set_name = p_set AND s.role = c AND (p_keys IS NOT NULL OR cardinality(d) = 0) LOOP
         lk := pgleader._member_lock(p_set, c, m.owner);
         WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
                        WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()

@@ -15,7 +15,7 @@ func setBind(t *testing.T, conn *pgx.Conn, owner, ttl string) (bool, string) {
 	t.Helper()
 	var bound bool
 	var refusal *string
-	if err := conn.QueryRow(context.Background(), `SELECT bound, refusal FROM pgleader.set_bind('s', $1, $2::interval)`, owner, ttl).
+	if err := conn.QueryRow(context.Background(), `SELECT bound, refusal FROM pgleader.set_bind('s', $1, $2::interval, NULL)`, owner, ttl).
 		Scan(&bound, &refusal); err != nil {
 		t.Fatalf("set_bind(%s): %v", owner, err)
 	}
@@ -129,9 +129,14 @@ func TestSetWake(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("wait_member(a) after a's session ended: %v", err)
 	}
-	// Without keys, the wake names the dead and lapses nothing.
-	if r := setWake(t, db.Conn(t), "b", nil); r.lapsed != 0 || !slices.Equal(r.dead, []string{"a"}) {
+	// Without keys, the wake names the dead and lapses nothing, and keeps
+	// the lock it was granted: a's new session cannot bind before the
+	// wake with keys.
+	if r := setWake(t, wb, "b", nil); r.lapsed != 0 || !slices.Equal(r.dead, []string{"a"}) {
 		t.Fatalf("wake without keys = %+v; want a dead, nothing lapsed", r)
+	}
+	if ok, _ := setBind(t, db.Conn(t), "a", "1 minute"); ok {
+		t.Fatal("a's new session bound between the wake without keys and the wake with them")
 	}
 	if r := setWake(t, wb, "b", []string{"k1", "k2"}); r.lapsed != 1 || !slices.Equal(r.dead, []string{"a"}) || r.watch != "" {
 		t.Fatalf("wake = %+v; want k2 lapsed, a dead, nobody to watch", r)
@@ -294,5 +299,82 @@ func TestSetWakeOtherRole(t *testing.T) {
 	}
 	if live := liveKeys(t, db.Conn(t), []string{"k"}); !slices.Equal(live["a"], []string{"k"}) {
 		t.Fatalf("k after another role's wake: %v; want a's still", live)
+	}
+}
+
+// TestSetBindLapsesOwnKeys: a member's new session, bound after its earlier
+// one ended on this server run, lapses the keys among those sent that the
+// member acquired since the earlier binding (no watcher may have been
+// waiting when it ended); not those acquired before it, nor in the grace,
+// nor for a binding of an earlier server run.
+func TestSetBindLapsesOwnKeys(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	keys := []string{"k0", "k1", "k2"}
+	bindKeys := func(c *pgx.Conn) (bool, int) {
+		t.Helper()
+		var ok bool
+		var n int
+		if err := c.QueryRow(ctx, `SELECT bound, lapsed FROM pgleader.set_bind('s', 'a', '1 minute', $1)`, keys).Scan(&ok, &n); err != nil {
+			t.Fatal(err)
+		}
+		return ok, n
+	}
+	if won := setAcquire(t, db.Pool, "a", "k0"); len(won) != 1 {
+		t.Fatalf("a won %v", won)
+	}
+	s1 := db.Conn(t)
+	if ok, n := bindKeys(s1); !ok || n != 0 {
+		t.Fatalf("the first bind = %v, %d lapsed; want bound, none", ok, n)
+	}
+	if won := setAcquire(t, db.Pool, "a", "k1", "k2"); len(won) != 2 {
+		t.Fatalf("a won %v", won)
+	}
+	// A second session while the first lives binds nothing, lapses nothing.
+	if ok, n := bindKeys(db.Conn(t)); ok || n != 0 {
+		t.Fatalf("a bind while the first session lives = %v, %d lapsed; want not bound, none", ok, n)
+	}
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, s1))
+	waitGone(t, db, "a")
+
+	// In the grace, and for a binding of an earlier server run: nothing.
+	mustExec(t, db.Pool, `UPDATE pgleader.server_epoch SET grace_until = clock_timestamp() + interval '1 minute'`)
+	s2 := db.Conn(t)
+	if ok, n := bindKeys(s2); !ok || n != 0 {
+		t.Fatalf("a bind in the grace = %v, %d lapsed; want bound, none", ok, n)
+	}
+	endGrace(t, db)
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, s2))
+	waitGone(t, db, "a")
+	mustExec(t, db.Pool, `UPDATE pgleader.set_member SET server_start = server_start - interval '1 hour', bound_at = '-infinity' WHERE owner = 'a'`)
+	s3 := db.Conn(t)
+	if ok, n := bindKeys(s3); !ok || n != 0 {
+		t.Fatalf("a bind after a binding of an earlier server run = %v, %d lapsed; want bound, none", ok, n)
+	}
+	if live := liveKeys(t, s3, keys); len(live["a"]) != 3 {
+		t.Fatalf("a holds %v; want all three still", live)
+	}
+
+	// s3 ends on this run: the next bind lapses k1 and k2 only if they
+	// were acquired since s3's binding. They were not (before it): none.
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, s3))
+	waitGone(t, db, "a")
+	s4 := db.Conn(t)
+	if ok, n := bindKeys(s4); !ok || n != 0 {
+		t.Fatalf("a bind with only keys from before the ended binding = %v, %d lapsed; want bound, none", ok, n)
+	}
+	// Keys won under s4, which then ends: the next bind lapses them.
+	mustExec(t, db.Pool, `UPDATE pgleader.lease SET expires_at = clock_timestamp() WHERE key IN ('k1', 'k2')`)
+	if won := setAcquire(t, db.Pool, "a", "k1", "k2"); len(won) != 2 {
+		t.Fatalf("a won %v", won)
+	}
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, s4))
+	waitGone(t, db, "a")
+	if ok, n := bindKeys(db.Conn(t)); !ok || n != 2 {
+		t.Fatalf("a bind after the session that won k1 and k2 ended = %v, %d lapsed; want bound, 2", ok, n)
+	}
+	if live := liveKeys(t, db.Conn(t), keys); !slices.Equal(live["a"], []string{"k0"}) {
+		t.Fatalf("a holds %v; want k0 only", live)
 	}
 }

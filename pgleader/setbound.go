@@ -48,34 +48,36 @@ var errBindBusy = errors.New("another session holds this member's lock")
 
 // bind opens the session and binds it: it must be a server session of its
 // own, not a pooler's, and one the server will not end sooner than the TTL
-// for not hearing from the client. It returns the channel closed when the
-// session ends. Errors: errSessionPooler (the caller runs without a
+// for not hearing from the client. keys are the set's: set_bind lapses
+// those the member acquired under an earlier session of its that ended on
+// this server run (lapsed counts them). It returns the channel closed when
+// the session ends. Errors: errSessionPooler (the caller runs without a
 // binding), an ErrInvalid one for a pooler that shares sessions or a
 // refusal (the caller stops), errBindBusy, or a connection's.
-func (s *setSession) bind(ctx context.Context) (<-chan struct{}, error) {
+func (s *setSession) bind(ctx context.Context, keys []string) (ended <-chan struct{}, lapsed int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dropLocked()
 	c, err := connectNamed(ctx, s.cfg, setSessionApplicationName)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var pid uint32
 	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()`, exec).Scan(&pid); err != nil {
 		_ = c.Close(context.WithoutCancel(ctx))
-		return nil, sqlError("session-bound set member", err)
+		return nil, 0, sqlError("session-bound set member", err)
 	}
 	if announced := c.PgConn().PID(); announced != pid {
 		session, err := sessionPooled(ctx, c, s.cfg)
 		_ = c.Close(context.WithoutCancel(ctx))
 		switch {
 		case err != nil:
-			return nil, sqlError("session-bound set member: probing the pooler", err)
+			return nil, 0, sqlError("session-bound set member: probing the pooler", err)
 		case session:
-			return nil, fmt.Errorf("pgleader: SetOptions.SessionBound: %w (the connection announced process %d and its backend is %d)",
+			return nil, 0, fmt.Errorf("pgleader: SetOptions.SessionBound: %w (the connection announced process %d and its backend is %d)",
 				errSessionPooler, announced, pid)
 		}
-		return nil, invalidf("SetOptions.SessionBound: %w: the connection announced process %d and its backend is %d, "+
+		return nil, 0, invalidf("SetOptions.SessionBound: %w: the connection announced process %d and its backend is %d, "+
 			"and a notification sent to it from another connection did not arrive within %v: the pooler shares server sessions "+
 			"between clients (transaction or statement mode), so a session cannot stand for the member; "+
 			"connect this Set's pool to PostgreSQL directly (or through a pooler in session mode, where the option falls back to the TTL), "+
@@ -83,23 +85,32 @@ func (s *setSession) bind(ctx context.Context) (<-chan struct{}, error) {
 	}
 	var bound bool
 	var refusal pgtype.Text
-	if err := c.QueryRow(ctx, `SELECT bound, refusal FROM pgleader.set_bind($1, $2, $3)`, exec, s.set, s.owner, interval(s.ttl)).
-		Scan(&bound, &refusal); err != nil {
+	var n int32
+	if err := c.QueryRow(ctx, `SELECT bound, refusal, lapsed FROM pgleader.set_bind($1, $2, $3, $4)`, exec, s.set, s.owner, interval(s.ttl), keys).
+		Scan(&bound, &refusal, &n); err != nil {
 		_ = c.Close(context.WithoutCancel(ctx))
-		return nil, sqlError("set_bind", err)
+		return nil, 0, sqlError("set_bind", err)
 	}
 	switch {
 	case refusal.Valid:
 		_ = c.Close(context.WithoutCancel(ctx))
-		return nil, invalidf("SetOptions.SessionBound: %s; the set's keys could then be taken while this member lives. "+
+		return nil, 0, invalidf("SetOptions.SessionBound: %s; the set's keys could then be taken while this member lives. "+
 			"Raise or turn off that setting for the application's role (ALTER ROLE ... SET), or drop SessionBound", refusal.String)
 	case !bound:
 		_ = c.Close(context.WithoutCancel(ctx))
-		return nil, errBindBusy
+		return nil, 0, errBindBusy
+	}
+	if n > 0 {
+		// The other members campaign for the keys lapsed now, not at
+		// their next tick.
+		var none string
+		if err := c.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, exec, channel, hintPayload("release", s.set)).Scan(&none); err != nil {
+			s.log.Warn("the hint after lapsing this member's keys failed; the other members learn of it at their next tick", "err", err)
+		}
 	}
 	s.conn, s.ended = c, make(chan struct{})
 	s.startRead()
-	return s.ended, nil
+	return s.ended, int(n), nil
 }
 
 // startRead keeps a read pending on the connection until close: it returns
@@ -176,12 +187,13 @@ func (r *setRun) startBinding() {
 // through done (bound, or the run's end for an error retrying cannot cure).
 func (r *setRun) rebind() {
 	s, ctx, gen := r.s, r.sessCtx, r.gen
+	keys := s.Keys()
 	r.sessWG.Add(1)
 	go func() {
 		defer r.sessWG.Done()
 		for failures := 0; ; failures++ {
 			bctx, cancel := context.WithTimeout(ctx, s.spec.TTL)
-			ended, err := r.sess.bind(bctx)
+			ended, lapsed, err := r.sess.bind(bctx, keys)
 			cancel()
 			if ctx.Err() != nil {
 				return
@@ -189,12 +201,15 @@ func (r *setRun) rebind() {
 			var f func()
 			switch {
 			case err == nil:
-				f = func() { r.sessionBound(gen, ended) }
+				if lapsed > 0 {
+					s.log.Info("lapsed the keys this member held under its ended session", "keys", lapsed)
+				}
+				f = func() { r.sessionBound(gen, ended, lapsed > 0) }
 			case errors.Is(err, errSessionPooler):
 				f = func() {
 					s.log.Warn("SetOptions.SessionBound cannot bind a member to a pooler's sessions; this Run's terms are bound to the TTL: "+
 						"a crashed member's keys wait for their expiry", "err", err)
-					r.sessionBound(gen, nil)
+					r.sessionBound(gen, nil, false)
 				}
 			case Permanent(err):
 				f = func() {
@@ -226,13 +241,17 @@ func (r *setRun) rebind() {
 }
 
 // sessionBound is the loop's news of a bind for generation gen: ended is
-// the session's end, or nil when the run goes on without a binding. The
-// member campaigns from now on, and the watcher starts once.
-func (r *setRun) sessionBound(gen int, ended <-chan struct{}) {
+// the session's end, or nil when the run goes on without a binding; lapsed,
+// whether the bind lapsed keys. The member campaigns from now on, and the
+// watcher starts once.
+func (r *setRun) sessionBound(gen int, ended <-chan struct{}, lapsed bool) {
 	if gen != r.gen || r.stopping {
 		return
 	}
 	r.bound, r.sessEnded = true, ended
+	if lapsed {
+		r.hinted = fullCampaign
+	}
 	if ended == nil {
 		r.sessStop() // no binding, no watch
 	} else if !r.watching {
@@ -279,7 +298,7 @@ func (r *setRun) startWatch() {
 				_ = conn.Close(context.Background())
 			}
 		}()
-		granted, failures := false, 0
+		failures := 0
 		for ctx.Err() == nil {
 			if conn == nil || conn.IsClosed() {
 				c, err := connectNamed(ctx, s.backend.Abilities().connect, setWatchApplicationName)
@@ -292,11 +311,10 @@ func (r *setRun) startWatch() {
 				}
 				conn = c
 			}
-			watch, err := r.wake(ctx, conn, granted)
+			watch, err := r.wake(ctx, conn)
 			if err == nil && watch == "" {
 				// Nobody to watch: look again when a tick finds the
 				// members changed, or a watch's time later.
-				granted = false
 				select {
 				case <-r.watchPoke:
 				case <-time.After(watchEvery(s.spec)):
@@ -306,6 +324,8 @@ func (r *setRun) startWatch() {
 				continue
 			}
 			if err == nil {
+				// Granted or timed out, the next wake looks at the ring.
+				var granted bool
 				err = conn.QueryRow(ctx, `SELECT pgleader.wait_member($1, $2, $3)`, exec, s.spec.Key, watch, interval(watchEvery(s.spec))).
 					Scan(&granted)
 			}
@@ -316,7 +336,7 @@ func (r *setRun) startWatch() {
 				failures++
 				s.log.Warn("watching the set's next member failed", "err", err)
 				_ = conn.Close(context.Background())
-				conn, granted = nil, false
+				conn = nil
 				if !sleepCtx(ctx, s.spec.backoff(failures)) {
 					return
 				}
@@ -327,20 +347,16 @@ func (r *setRun) startWatch() {
 	}()
 }
 
-// wake runs pgleader.set_wake on conn, sending the set's keys this member
-// does not hold when a member may have died (granted: the watched member's
-// lock was granted; or the first call names dead members), and returns the
+// wake runs pgleader.set_wake on conn, first without keys, and again with
+// the set's keys this member does not hold if that names dead members (a
+// granted lock is as often a graceful leave, whose member row is gone, as
+// a death: at 100,000 keys, sending 66,666 keys for nothing cost the
+// survivors' confirmations of the leaver's hand-offs), and returns the
 // member to watch next. When it lapsed keys it tells this run and, by a
 // hint on the set's name, the other members to campaign now.
-func (r *setRun) wake(ctx context.Context, conn *pgx.Conn, granted bool) (string, error) {
+func (r *setRun) wake(ctx context.Context, conn *pgx.Conn) (string, error) {
 	s := r.s
 	var keys []string
-	if granted {
-		var ok bool
-		if keys, ok = r.askCandidates(ctx); !ok {
-			return "", ctx.Err()
-		}
-	}
 	for {
 		var lapsed int32
 		var dead []string
