@@ -1,6 +1,6 @@
 /*
  * Session-bound leases for a Set (pgleader.Set: many keys shared among
- * members, SetOptions.SessionBound), modelled before it was built. lease.pml's -DSESSION models the
+ * members), modelled before it is built. lease.pml's -DSESSION models the
  * option for one key (an Elector, Options.SessionBound); this file models
  * the design for a Set. docs/model.md ("Session-bound leases for a Set")
  * states the design and what each check and mutant shows.
@@ -16,11 +16,7 @@
  * its next token, and in the same statement (one snapshot) reads the next
  * live member, which it then watches. A member that joins (a new process,
  * or one whose session ended and that reconnects) runs the same statement
- * and enters the ring; the member before it moves its watch to it. As
- * built (schema 25), a key is bound to its holder's session by the
- * instant it was acquired, after the member bound that session: so when a
- * member binds a new session, the keys it still holds from an earlier one
- * are bound to no session any more (unb), and lapse only at expiry.
+ * and enters the ring; the member before it moves its watch to it.
  *
  * The model has no clock. Every step is atomic; what the design says
  * happens at once or soon (the holder's pending read returning the end of
@@ -45,8 +41,7 @@
  *   P11 no orphan: in a quiet state in which a member is live, no key is
  *       bound to a session that ended on this server run. A dead member's
  *       keys are taken by the ring; a living member's old keys by its
- *       watcher, or, if it reconnects first, they are bound to no session
- *       and lapse at expiry.
+ *       watcher or by its own campaign when it reconnects.
  */
 
 /* ---- configuration (spin -D...) ---- */
@@ -90,7 +85,6 @@ Member m[NM];
 byte holder[NK];               /* the lease row's holder + 1 (0: free) */
 byte tok[NK];                  /* the greatest token of the key */
 byte bgen[NK];                 /* the row's binding: the session's number */
-bit unb[NK];                   /* the row is bound to no session: its holder bound a newer one since it acquired it */
 bit brun[NK];                  /* ... and the server run it was made on */
 byte fence[NK];                /* the store's fence for the key */
 byte acc[NK];                  /* ghost, P2: the greatest token that claimed or wrote */
@@ -105,7 +99,7 @@ byte y, nx, j, ci;             /* scratch within a step: zero between steps (SCR
 #define H(k)   (holder[k] - 1)
 
 /* the session the row's binding names has ended, on this server run */
-#define ENDED(k) (holder[k] != 0 && !unb[k] && brun[k] == srun && !(m[H(k)].live && m[H(k)].gen == bgen[k]))
+#define ENDED(k) (holder[k] != 0 && brun[k] == srun && !(m[H(k)].live && m[H(k)].gen == bgen[k]))
 
 /* ---- mutants: each must produce a counterexample ---- */
 #if defined(MUTANT_SET_TAKE_NO_END)
@@ -158,7 +152,7 @@ inline takeKeys(p, x) {
 		if
 		:: TAKES(p, x, j) ->
 			printf("set m%d: takes key %d from m%d with token %d\n", p, j, H(j), tok[j] + 1);
-			tok[j]++; holder[j] = p + 1; bgen[j] = m[p].gen; brun[j] = srun; unb[j] = 0;
+			tok[j]++; holder[j] = p + 1; bgen[j] = m[p].gen; brun[j] = srun;
 			m[p].bel[j] = 1; m[p].claimed[j] = 0; m[p].mytok[j] = tok[j]
 		:: else
 		fi;
@@ -233,7 +227,7 @@ inline forget(i) {
 #define KEY_STEPS(k) \
 	/* a campaign finds the key free (never held, released or expired) */ \
 	:: d_step { m[i].alive && m[i].live && !m[i].snote && holder[k] == 0 -> \
-		tok[k]++; holder[k] = i + 1; bgen[k] = m[i].gen; brun[k] = srun; unb[k] = 0; \
+		tok[k]++; holder[k] = i + 1; bgen[k] = m[i].gen; brun[k] = srun; \
 		m[i].bel[k] = 1; m[i].claimed[k] = 0; m[i].mytok[k] = tok[k]; \
 		printf("set m%d: wins key %d with token %d\n", i, k, tok[k]); CHECK } \
 	STORE_STEPS(k)
@@ -319,21 +313,9 @@ end:
 		printf("set m%d: reads its session's end: every term lost\n", i);
 #endif
 		CHECK }
-	/* a new session: lock, campaign, watch; the member before it moves.
-	 * The keys it holds from an earlier session are bound to none now
-	 * (set_bind moves bound_at past their acquisition). */
+	/* a new session: lock, campaign, watch; the member before it moves */
 	:: d_step { m[i].alive && !m[i].live && !m[i].snote ->
 		m[i].live = 1; m[i].gen++;
-		j = 0;
-		do
-		:: j < NK ->
-			if
-			:: holder[j] == i + 1 -> unb[j] = 1
-			:: else
-			fi;
-			j++
-		:: else -> break
-		od;
 		printf("set m%d: opens session %d, locks its member lock\n", i, m[i].gen);
 		campaignMove(i, NONE); joinRing(i); CHECK }
 	/* its wait for the watched member's lock returns */
