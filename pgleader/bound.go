@@ -87,21 +87,9 @@ func (s *boundSession) open(ctx context.Context) error {
 		_ = c.Close(context.WithoutCancel(ctx))
 		return sqlError("session-bound lease", err)
 	}
-	if announced := c.PgConn().PID(); announced != pid {
-		session, err := sessionPooled(ctx, c, s.cfg)
+	if err := ownSession(ctx, c, s.cfg, pid, "Options.SessionBound", "holder", "Elector"); err != nil {
 		_ = c.Close(context.WithoutCancel(ctx))
-		switch {
-		case err != nil:
-			return sqlError("session-bound lease: probing the pooler", err)
-		case session:
-			return fmt.Errorf("pgleader: Options.SessionBound: %w (the connection announced process %d and its backend is %d)",
-				errSessionPooler, announced, pid)
-		}
-		return invalidf("Options.SessionBound: %w: the connection announced process %d and its backend is %d, "+
-			"and a notification sent to it from another connection did not arrive within %v: the pooler shares server sessions "+
-			"between clients (transaction or statement mode), so a session cannot stand for the holder; "+
-			"connect this Elector's pool to PostgreSQL directly (or through a pooler in session mode, where the option falls back to the TTL), "+
-			"or drop SessionBound", errPooled, announced, pid, probeTimeout)
+		return err
 	}
 	if refusal.Valid {
 		_ = c.Close(context.WithoutCancel(ctx))
@@ -114,6 +102,32 @@ func (s *boundSession) open(ctx context.Context) error {
 	}
 	s.conn, s.be, s.ended, s.bound = c, &Postgres{db: c, log: s.log}, make(chan struct{}), false
 	return nil
+}
+
+// ownSession checks that c, whose backend is pid, is a server session of
+// its own, not a pooler's: the process id the server announced at connect
+// is the backend's. Through a pooler it returns errSessionPooler (wrapped)
+// for one in session mode, told by sessionPooled, and an ErrInvalid error
+// for one that shares server sessions between clients. option names the
+// option, who what the session stands for, and what the component.
+func ownSession(ctx context.Context, c *pgx.Conn, cfg *pgx.ConnConfig, pid uint32, option, who, what string) error {
+	announced := c.PgConn().PID()
+	if announced == pid {
+		return nil
+	}
+	session, err := sessionPooled(ctx, c, cfg)
+	switch {
+	case err != nil:
+		return sqlError(option+": probing the pooler", err)
+	case session:
+		return fmt.Errorf("pgleader: %s: %w (the connection announced process %d and its backend is %d)",
+			option, errSessionPooler, announced, pid)
+	}
+	return invalidf("%s: %w: the connection announced process %d and its backend is %d, "+
+		"and a notification sent to it from another connection did not arrive within %v: the pooler shares server sessions "+
+		"between clients (transaction or statement mode), so a session cannot stand for the %s; "+
+		"connect this %s's pool to PostgreSQL directly (or through a pooler in session mode, where the option falls back to the TTL), "+
+		"or drop SessionBound", option, errPooled, announced, pid, probeTimeout, who, what)
 }
 
 // sessionPooled tells, for a connection c through a pooler, whether the

@@ -3,7 +3,6 @@ package pgleader
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -67,21 +66,9 @@ func (s *setSession) bind(ctx context.Context, keys []string) (ended <-chan stru
 		_ = c.Close(context.WithoutCancel(ctx))
 		return nil, 0, sqlError("session-bound set member", err)
 	}
-	if announced := c.PgConn().PID(); announced != pid {
-		session, err := sessionPooled(ctx, c, s.cfg)
+	if err := ownSession(ctx, c, s.cfg, pid, "SetOptions.SessionBound", "member", "Set"); err != nil {
 		_ = c.Close(context.WithoutCancel(ctx))
-		switch {
-		case err != nil:
-			return nil, 0, sqlError("session-bound set member: probing the pooler", err)
-		case session:
-			return nil, 0, fmt.Errorf("pgleader: SetOptions.SessionBound: %w (the connection announced process %d and its backend is %d)",
-				errSessionPooler, announced, pid)
-		}
-		return nil, 0, invalidf("SetOptions.SessionBound: %w: the connection announced process %d and its backend is %d, "+
-			"and a notification sent to it from another connection did not arrive within %v: the pooler shares server sessions "+
-			"between clients (transaction or statement mode), so a session cannot stand for the member; "+
-			"connect this Set's pool to PostgreSQL directly (or through a pooler in session mode, where the option falls back to the TTL), "+
-			"or drop SessionBound", errPooled, announced, pid, probeTimeout)
+		return nil, 0, err
 	}
 	var bound bool
 	var refusal pgtype.Text
