@@ -75,7 +75,11 @@ CREATE FUNCTION pgleader.set_bind(p_set text, p_owner text, p_ttl interval, p_ke
 RETURNS TABLE(bound boolean, refusal text, lapsed integer)
 LANGUAGE plpgsql
 SECURITY DEFINER
-SET search_path = pg_catalog, pgleader, pg_temp AS $$
+SET search_path = pg_catalog, pgleader, pg_temp
+SET enable_nestloop = off
+SET enable_hashjoin = on
+SET enable_mergejoin = on
+SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     c name := pgleader._caller();
@@ -177,6 +181,8 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pgleader, pg_temp
 SET enable_nestloop = off
+SET enable_hashjoin = on
+SET enable_mergejoin = on
 SET jit = off AS $$
 #variable_conflict use_column
 DECLARE

@@ -2007,6 +2007,10 @@ CREATE OR REPLACE FUNCTION pgleader.set_bind(p_set text, p_owner text, p_ttl int
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+ SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -2388,6 +2392,8 @@ CREATE OR REPLACE FUNCTION pgleader.set_wake(p_set text, p_owner text, p_keys te
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
  SET enable_nestloop TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
  SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
