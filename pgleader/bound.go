@@ -261,10 +261,19 @@ func (s *boundSession) dropLocked() {
 // terminated, or the end of the stream) or stopRead interrupts it. mu is
 // held.
 func (s *boundSession) startRead() {
+	// The read tells lead at once, without waiting for mu, which a
+	// statement stuck on the dead connection may hold.
+	s.readCancel, s.readDone = keepReadPending(s.conn, s.ended, s.log,
+		"the session-bound lease connection's session ended; its term is lost")
+}
+
+// keepReadPending keeps a read pending on conn until the returned cancel
+// is called: when the server ends the session (an error, FATAL 57P01 when
+// terminated, or the end of the stream) it logs msg and closes ended. done
+// is closed when the read has returned.
+func keepReadPending(conn *pgx.Conn, ended chan struct{}, log *slog.Logger, msg string) (cancel context.CancelFunc, done chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	s.readCancel, s.readDone = cancel, done
-	conn, ended := s.conn, s.ended
+	done = make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
@@ -273,15 +282,14 @@ func (s *boundSession) startRead() {
 				continue // nothing listens on this session; ignore
 			}
 			if ctx.Err() != nil && !conn.PgConn().IsClosed() {
-				return // stopRead
+				return // cancelled
 			}
-			s.log.Warn("the session-bound lease connection's session ended; its term is lost", "err", err)
-			// Tell lead now, without waiting for mu, which a statement
-			// stuck on the dead connection may hold.
+			log.Warn(msg, "err", err)
 			closeOnce(ended)
 			return
 		}
 	}()
+	return cancel, done
 }
 
 // stopRead interrupts the pending read, if one runs, and waits for it. mu

@@ -105,25 +105,7 @@ func (s *setSession) bind(ctx context.Context, keys []string) (ended <-chan stru
 // terminated, or the end of the stream), and then closes ended. mu is
 // held.
 func (s *setSession) startRead() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	s.readCancel, s.readDone = cancel, done
-	conn, ended := s.conn, s.ended
-	go func() {
-		defer close(done)
-		for {
-			err := conn.PgConn().WaitForNotification(ctx)
-			if err == nil {
-				continue // nothing listens on this session; ignore
-			}
-			if ctx.Err() != nil && !conn.PgConn().IsClosed() {
-				return // close
-			}
-			s.log.Warn("the set member's bound session ended; its terms are lost", "err", err)
-			closeOnce(ended)
-			return
-		}
-	}()
+	s.readCancel, s.readDone = keepReadPending(s.conn, s.ended, s.log, "the set member's bound session ended; its terms are lost")
 }
 
 // dropLocked stops the pending read and closes the connection, if any,
