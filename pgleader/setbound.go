@@ -319,9 +319,9 @@ func (r *setRun) startWatch() {
 // wake runs pgleader.set_wake on conn, first without keys, and again with
 // the set's keys this member does not hold if that names dead members (a
 // granted lock is as often a graceful leave, whose member row is gone, as
-// a death: at 100,000 keys, sending 66,666 keys for nothing cost the
-// survivors' confirmations of the leaver's hand-offs), and returns the
-// member to watch next. When it lapsed keys it tells this run and, by a
+// a death, and at 100,000 keys each wake would send 66,666 keys beside the
+// confirmations of the leaver's hand-offs), and returns the member to
+// watch next. When it lapsed keys it tells this run and, by a
 // hint on the set's name, the other members to campaign now.
 func (r *setRun) wake(ctx context.Context, conn *pgx.Conn) (string, error) {
 	s := r.s
