@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgleader/pgleader/internal/wait"
 )
 
 // The application names of a session-bound set member's two connections,
@@ -90,10 +92,7 @@ func (s *setSession) bind(ctx context.Context, keys []string) (ended <-chan stru
 	if n > 0 {
 		// The other members campaign for the keys lapsed now, not at
 		// their next tick.
-		var none string
-		if err := c.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, exec, channel, hintPayload("release", s.set)).Scan(&none); err != nil {
-			s.log.Warn("the hint after lapsing this member's keys failed; the other members learn of it at their next tick", "err", err)
-		}
+		setHint(ctx, c, s.set, "release", s.log, "lapsing this member's keys")
 	}
 	s.conn, s.ended = c, make(chan struct{})
 	s.startRead()
@@ -160,6 +159,7 @@ func (r *setRun) rebind() {
 	r.sessWG.Add(1)
 	go func() {
 		defer r.sessWG.Done()
+		var busySince time.Time
 		for failures := 0; ; failures++ {
 			bctx, cancel := context.WithTimeout(ctx, s.spec.TTL)
 			ended, lapsed, err := r.sess.bind(bctx, keys)
@@ -196,13 +196,23 @@ func (r *setRun) rebind() {
 				return
 			}
 			retry := bindRetry
-			if !errors.Is(err, errBindBusy) {
+			switch {
+			case !errors.Is(err, errBindBusy):
+				busySince = time.Time{}
 				retry = s.spec.backoff(failures + 1)
 				s.log.Warn("binding the set member's session failed", "err", err, "retry_in", retry)
+			case busySince.IsZero():
+				busySince = time.Now()
+			case time.Since(busySince) >= s.spec.TTL:
+				// A watcher holds the lock for a statement; a TTL of it is
+				// another live session under this Owner (a second replica
+				// with the same Owner), or another member whose lock
+				// shares its hash: this member does not campaign meanwhile.
+				s.log.Warn("another session has held this set member's lock for a TTL: the member cannot bind, and does not campaign; "+
+					"is another replica running with the same Owner?", "since", busySince)
+				busySince = time.Now()
 			}
-			select {
-			case <-time.After(retry):
-			case <-ctx.Done():
+			if !wait.Sleep(ctx, retry) {
 				return
 			}
 		}
@@ -273,7 +283,7 @@ func (r *setRun) startWatch() {
 				c, err := connectNamed(ctx, s.backend.Abilities().connect, setWatchApplicationName)
 				if err != nil {
 					failures++
-					if !sleepCtx(ctx, s.spec.backoff(failures)) {
+					if !wait.Sleep(ctx, s.spec.backoff(failures)) {
 						return
 					}
 					continue
@@ -306,7 +316,7 @@ func (r *setRun) startWatch() {
 				s.log.Warn("watching the set's next member failed", "err", err)
 				_ = conn.Close(context.Background())
 				conn = nil
-				if !sleepCtx(ctx, s.spec.backoff(failures)) {
+				if !wait.Sleep(ctx, s.spec.backoff(failures)) {
 					return
 				}
 				continue
@@ -346,10 +356,7 @@ func (r *setRun) wake(ctx context.Context, conn *pgx.Conn) (string, error) {
 		}
 		if lapsed > 0 {
 			s.log.Info("lapsed the keys of set members whose sessions ended", "keys", lapsed, "members", dead)
-			var none string
-			if err := conn.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, exec, channel, hintPayload("release", s.spec.Key)).Scan(&none); err != nil {
-				s.log.Warn("the hint after lapsing a dead member's keys failed; the other members learn of it at their next tick", "err", err)
-			}
+			setHint(ctx, conn, s.spec.Key, "release", s.log, "lapsing a dead member's keys")
 			select {
 			case r.done <- func() {
 				if !r.stopping {
@@ -372,7 +379,7 @@ func watchEvery(sp Spec) time.Duration { return min(sp.RenewEvery, time.Second) 
 // pokeWatch tells the watcher, if it has nobody to watch, to look at the
 // ring again: a tick found the members changed.
 func (r *setRun) pokeWatch(before, after []SetMember) {
-	if r.sess == nil || len(before) == len(after) && slices.EqualFunc(before, after, func(a, b SetMember) bool { return a.Owner == b.Owner }) {
+	if r.sess == nil || slices.EqualFunc(before, after, func(a, b SetMember) bool { return a.Owner == b.Owner }) {
 		return
 	}
 	select {
@@ -408,17 +415,4 @@ func (r *setRun) stopBinding() {
 	r.sessStop()
 	r.sessWG.Wait()
 	r.sess.close()
-}
-
-// sleepCtx sleeps d, or less if ctx ends: it reports whether ctx is still
-// live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -111,11 +112,7 @@ func (p *Postgres) ReleaseSet(ctx context.Context, set, owner string, keys []str
 			if freed > 0 {
 				event = "release"
 			}
-			var none string
-			if herr := db.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, channel, hintPayload(event, set)).Scan(&none); herr != nil {
-				cmp.Or(p.log, slog.Default()).Warn("the hint after a set's release or hand-off failed; the other members learn of it at their next tick",
-					"set", set, "err", herr)
-			}
+			setHint(ctx, db, set, event, cmp.Or(p.log, slog.Default()), "a set's release or hand-off")
 		}
 		return err
 	})
@@ -123,6 +120,18 @@ func (p *Postgres) ReleaseSet(ctx context.Context, set, owner string, keys []str
 		return nil, sqlError("set_release", err)
 	}
 	return among(keys, ended), nil
+}
+
+// setHint sends event on the set's name (Set.Run's loop listens for it, and
+// campaigns or confirms at once) over db; after what, a failure is logged
+// at Warn: the other members learn of it at their next tick instead.
+func setHint(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, set, event string, log *slog.Logger, after string) {
+	var none string
+	if err := db.QueryRow(ctx, `SELECT pg_notify($1, $2)::text`, exec, channel, hintPayload(event, set)).Scan(&none); err != nil {
+		log.Warn("the hint after "+after+" failed; the other members learn of it at their next tick", "set", set, "err", err)
+	}
 }
 
 // nullIfZero is n, or NULL for 0.
