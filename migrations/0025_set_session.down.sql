@@ -8,6 +8,7 @@ DROP FUNCTION pgleader.set_wake(text, text, text[]);
 DROP FUNCTION pgleader.wait_member(text, text, interval);
 DROP FUNCTION pgleader.set_bind(text, text, interval, text[]);
 DROP FUNCTION pgleader._member_held(text, text, text, integer);
+DROP FUNCTION pgleader._member_mine(text, text, text);
 DROP FUNCTION pgleader._member_lock(text, text, text);
 ALTER TABLE pgleader.set_member DROP COLUMN pid, DROP COLUMN server_start, DROP COLUMN bound_at;
 

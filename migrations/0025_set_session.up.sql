@@ -57,6 +57,20 @@ SET search_path = pg_catalog, pgleader, pg_temp AS $$
            AND k.classid = b.classid::oid AND k.objid = b.objid::oid AND k.objsubid = 2)
 $$;
 
+-- _member_mine reports whether this session holds the member lock of
+-- (p_set, p_role, p_owner): it bound that member, or a wait_member was
+-- granted it.
+CREATE FUNCTION pgleader._member_mine(p_set text, p_role text, p_owner text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgleader, pg_temp AS $$
+    SELECT EXISTS (
+        SELECT 1
+          FROM pg_catalog.pg_locks AS k, pgleader._member_lock(p_set, p_role, p_owner) AS b
+         WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
+           AND k.classid = b.classid::oid AND k.objid = b.objid::oid AND k.objsubid = 2)
+$$;
+
 -- set_bind binds the calling session to p_owner's membership of p_set: it
 -- takes the member lock (unless this session holds it), records the
 -- session in the member's row (creating the row as a tick would, holding
@@ -102,10 +116,7 @@ BEGIN
         RETURN;
     END IF;
     lk := pgleader._member_lock(p_set, c, p_owner);
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
-                    WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
-                      AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2)
-       AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
+    IF NOT pgleader._member_mine(p_set, c, p_owner) AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
         RETURN QUERY SELECT false, NULL::text, 0;
         RETURN;
     END IF;
@@ -200,19 +211,18 @@ BEGIN
         PERFORM pgleader._check_keys(p_keys, NULL, false);
     END IF;
     g := pgleader._grace();
-    -- The dead members' rows are locked first, so that a set_bind of a
-    -- new session of theirs comes before this read or after the lapse.
-    PERFORM FROM pgleader.set_member AS s
-      WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
-        AND s.server_start = pg_postmaster_start_time()
-        AND NOT pgleader._member_held(p_set, c, s.owner, s.pid)
-      ORDER BY s.owner
-        FOR UPDATE OF s;
+    -- The dead members' rows are locked as they are read (a locked row is
+    -- read again, and checked again, once its lock is granted), so that a
+    -- set_bind of a new session of theirs comes before this read or after
+    -- the lapse.
+    SELECT coalesce(array_agg(x.owner ORDER BY x.owner), '{}') INTO d
+      FROM (SELECT s.owner FROM pgleader.set_member AS s
+             WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
+               AND s.server_start = pg_postmaster_start_time()
+               AND NOT pgleader._member_held(p_set, c, s.owner, s.pid)
+             ORDER BY s.owner
+               FOR UPDATE OF s) AS x;
     t := clock_timestamp();
-    SELECT coalesce(array_agg(s.owner ORDER BY s.owner), '{}') INTO d FROM pgleader.set_member AS s
-     WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
-       AND s.server_start = pg_postmaster_start_time()
-       AND NOT pgleader._member_held(p_set, c, s.owner, s.pid);
     IF p_keys IS NOT NULL AND cardinality(d) > 0 AND t >= g.grace_until THEN
         WITH gone AS (
             UPDATE pgleader.lease AS l
@@ -231,9 +241,7 @@ BEGIN
     FOR m IN SELECT s.owner FROM pgleader.set_member AS s
               WHERE s.set_name = p_set AND s.role = c AND (p_keys IS NOT NULL OR cardinality(d) = 0) LOOP
         lk := pgleader._member_lock(p_set, c, m.owner);
-        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
-                       WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
-                         AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2) LOOP
+        WHILE pgleader._member_mine(p_set, c, m.owner) LOOP
             PERFORM pg_advisory_unlock(lk.classid, lk.objid);
         END LOOP;
     END LOOP;
@@ -250,6 +258,7 @@ $$;
 
 REVOKE ALL ON FUNCTION pgleader._member_lock(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader._member_held(text, text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgleader._member_mine(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader.set_bind(text, text, interval, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader.wait_member(text, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgleader.set_wake(text, text, text[]) FROM PUBLIC;

@@ -712,6 +712,20 @@ AS $function$
     SELECT 1885826163, hashtext(octet_length(p_set) || ':' || p_set || octet_length(p_role) || ':' || p_role || p_owner)
 $function$;
 
+-- function pgleader._member_mine(text,text,text); grants: none
+CREATE OR REPLACE FUNCTION pgleader._member_mine(p_set text, p_role text, p_owner text)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
+AS $function$
+    SELECT EXISTS (
+        SELECT 1
+          FROM pg_catalog.pg_locks AS k, pgleader._member_lock(p_set, p_role, p_owner) AS b
+         WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
+           AND k.classid = b.classid::oid AND k.objid = b.objid::oid AND k.objsubid = 2)
+$function$;
+
 -- function pgleader._own(text,boolean); grants: none
 CREATE OR REPLACE FUNCTION pgleader._own(p_role text, p_steer boolean)
  RETURNS boolean
@@ -2034,10 +2048,7 @@ BEGIN
         RETURN;
     END IF;
     lk := pgleader._member_lock(p_set, c, p_owner);
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
-                    WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
-                      AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2)
-       AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
+    IF NOT pgleader._member_mine(p_set, c, p_owner) AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
         RETURN QUERY SELECT false, NULL::text, 0;
         RETURN;
     END IF;
@@ -2412,19 +2423,18 @@ BEGIN
         PERFORM pgleader._check_keys(p_keys, NULL, false);
     END IF;
     g := pgleader._grace();
-    -- The dead members' rows are locked first, so that a set_bind of a
-    -- new session of theirs comes before this read or after the lapse.
-    PERFORM FROM pgleader.set_member AS s
-      WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
-        AND s.server_start = pg_postmaster_start_time()
-        AND NOT pgleader._member_held(p_set, c, s.owner, s.pid)
-      ORDER BY s.owner
-        FOR UPDATE OF s;
+    -- The dead members' rows are locked as they are read (a locked row is
+    -- read again, and checked again, once its lock is granted), so that a
+    -- set_bind of a new session of theirs comes before this read or after
+    -- the lapse.
+    SELECT coalesce(array_agg(x.owner ORDER BY x.owner), '{}') INTO d
+      FROM (SELECT s.owner FROM pgleader.set_member AS s
+             WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
+               AND s.server_start = pg_postmaster_start_time()
+               AND NOT pgleader._member_held(p_set, c, s.owner, s.pid)
+             ORDER BY s.owner
+               FOR UPDATE OF s) AS x;
     t := clock_timestamp();
-    SELECT coalesce(array_agg(s.owner ORDER BY s.owner), '{}') INTO d FROM pgleader.set_member AS s
-     WHERE s.set_name = p_set AND s.role = c AND s.owner <> p_owner AND s.pid IS NOT NULL
-       AND s.server_start = pg_postmaster_start_time()
-       AND NOT pgleader._member_held(p_set, c, s.owner, s.pid);
     IF p_keys IS NOT NULL AND cardinality(d) > 0 AND t >= g.grace_until THEN
         WITH gone AS (
             UPDATE pgleader.lease AS l
@@ -2443,9 +2453,7 @@ BEGIN
     FOR m IN SELECT s.owner FROM pgleader.set_member AS s
               WHERE s.set_name = p_set AND s.role = c AND (p_keys IS NOT NULL OR cardinality(d) = 0) LOOP
         lk := pgleader._member_lock(p_set, c, m.owner);
-        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS k
-                       WHERE k.locktype = 'advisory' AND k.granted AND k.pid = pg_backend_pid()
-                         AND k.classid = lk.classid::oid AND k.objid = lk.objid::oid AND k.objsubid = 2) LOOP
+        WHILE pgleader._member_mine(p_set, c, m.owner) LOOP
             PERFORM pg_advisory_unlock(lk.classid, lk.objid);
         END LOOP;
     END LOOP;
