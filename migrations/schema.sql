@@ -2017,7 +2017,7 @@ $function$;
 
 -- function pgleader.set_bind(text,text,interval,text[]); grants: none
 CREATE OR REPLACE FUNCTION pgleader.set_bind(p_set text, p_owner text, p_ttl interval, p_keys text[] DEFAULT NULL::text[])
- RETURNS TABLE(bound boolean, refusal text, lapsed integer)
+ RETURNS TABLE(bound boolean, refusal text, lapsed integer, lapsed_keys text[], lapsed_tokens bigint[], lapsed_acquired timestamp with time zone[], lapsed_at timestamp with time zone)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
@@ -2035,6 +2035,9 @@ DECLARE
     g record;
     old pgleader.set_member%ROWTYPE;
     n integer := 0;
+    ks text[] := '{}';
+    toks bigint[] := '{}';
+    acq timestamptz[] := '{}';
 BEGIN
     PERFORM pgleader._check_args(p_set, p_owner, p_ttl, true, true);
     IF p_keys IS NOT NULL THEN
@@ -2044,12 +2047,12 @@ BEGIN
     PERFORM pgleader._check_ttl(p_ttl, g.max_ttl);
     why := pgleader.bind_refusal(p_ttl);
     IF why IS NOT NULL THEN
-        RETURN QUERY SELECT false, why, 0;
+        RETURN QUERY SELECT false, why, 0, ks, toks, acq, NULL::timestamptz;
         RETURN;
     END IF;
     lk := pgleader._member_lock(p_set, c, p_owner);
     IF NOT pgleader._member_mine(p_set, c, p_owner) AND NOT pg_try_advisory_lock(lk.classid, lk.objid) THEN
-        RETURN QUERY SELECT false, NULL::text, 0;
+        RETURN QUERY SELECT false, NULL::text, 0, ks, toks, acq, NULL::timestamptz;
         RETURN;
     END IF;
     SELECT * INTO old FROM pgleader.set_member AS s
@@ -2065,15 +2068,17 @@ BEGIN
               FROM unnest(p_keys) AS u(k)
              WHERE l.key = u.k AND l.holder = p_owner AND l.acquired_at >= old.bound_at AND l.expires_at > t
                AND (l.role = c OR pgleader._own(l.role, false))
-            RETURNING 1
+            RETURNING l.key AS k, l.token AS tok, l.acquired_at AS a
         )
-        SELECT count(*)::integer INTO n FROM gone;
+        SELECT count(*)::integer, coalesce(array_agg(g.k ORDER BY g.k), '{}'), coalesce(array_agg(g.tok ORDER BY g.k), '{}'),
+               coalesce(array_agg(g.a ORDER BY g.k), '{}')
+          INTO n, ks, toks, acq FROM gone AS g;
     END IF;
     INSERT INTO pgleader.set_member AS s (set_name, role, owner, held, joined_at, expires_at, pid, server_start, bound_at)
     VALUES (p_set, c, p_owner, 0, t, t + p_ttl, pg_backend_pid(), pg_postmaster_start_time(), t)
     ON CONFLICT (set_name, role, owner) DO UPDATE
        SET pid = excluded.pid, server_start = excluded.server_start, bound_at = excluded.bound_at;
-    RETURN QUERY SELECT true, NULL::text, n;
+    RETURN QUERY SELECT true, NULL::text, n, ks, toks, acq, CASE WHEN n > 0 THEN t END;
 END
 $function$;
 
@@ -2398,7 +2403,7 @@ $function$;
 
 -- function pgleader.set_wake(text,text,text[]); grants: none
 CREATE OR REPLACE FUNCTION pgleader.set_wake(p_set text, p_owner text, p_keys text[])
- RETURNS TABLE(lapsed integer, dead text[], watch text)
+ RETURNS TABLE(lapsed integer, dead text[], watch text, lapsed_keys text[], lapsed_holders text[], lapsed_tokens bigint[], lapsed_acquired timestamp with time zone[], lapsed_at timestamp with time zone)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pgleader', 'pg_temp'
@@ -2414,6 +2419,10 @@ DECLARE
     t timestamptz;
     d text[];
     n integer := 0;
+    ks text[] := '{}';
+    hs text[] := '{}';
+    toks bigint[] := '{}';
+    acq timestamptz[] := '{}';
     m record;
     lk record;
     nxt text;
@@ -2443,9 +2452,11 @@ BEGIN
              WHERE l.key = u.k AND s.set_name = p_set AND s.role = c AND s.owner = ANY (d)
                AND l.holder = s.owner AND l.acquired_at >= s.bound_at AND l.expires_at > t
                AND (l.role = c OR pgleader._own(l.role, false))
-            RETURNING 1
+            RETURNING l.key AS k, l.holder AS h, l.token AS tok, l.acquired_at AS a
         )
-        SELECT count(*)::integer INTO n FROM gone;
+        SELECT count(*)::integer, coalesce(array_agg(g.k ORDER BY g.k), '{}'), coalesce(array_agg(g.h ORDER BY g.k), '{}'),
+               coalesce(array_agg(g.tok ORDER BY g.k), '{}'), coalesce(array_agg(g.a ORDER BY g.k), '{}')
+          INTO n, ks, hs, toks, acq FROM gone AS g;
         UPDATE pgleader.set_member AS s
            SET pid = NULL, server_start = NULL, bound_at = NULL, expires_at = least(s.expires_at, t)
          WHERE s.set_name = p_set AND s.role = c AND s.owner = ANY (d);
@@ -2464,7 +2475,7 @@ BEGIN
                AND pgleader._member_held(p_set, c, s.owner, s.pid)) AS x
      ORDER BY x.owner <= p_owner, x.owner
      LIMIT 1;
-    RETURN QUERY SELECT n, d, nxt;
+    RETURN QUERY SELECT n, d, nxt, ks, hs, toks, acq, CASE WHEN n > 0 THEN t END;
 END
 $function$;
 

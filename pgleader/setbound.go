@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgleader/pgleader/internal/hook"
 	"github.com/pgleader/pgleader/internal/wait"
 )
 
@@ -74,9 +75,11 @@ func (s *setSession) bind(ctx context.Context, keys []string) (ended <-chan stru
 	}
 	var bound bool
 	var refusal pgtype.Text
-	var n int32
-	if err := c.QueryRow(ctx, `SELECT bound, refusal, lapsed FROM pgleader.set_bind($1, $2, $3, $4)`, exec, s.set, s.owner, interval(s.ttl), keys).
-		Scan(&bound, &refusal, &n); err != nil {
+	var l setLapsed
+	sent := time.Now()
+	if err := c.QueryRow(ctx, `SELECT bound, refusal, lapsed_keys, lapsed_tokens, lapsed_acquired, lapsed_at
+	                             FROM pgleader.set_bind($1, $2, $3, $4)`, exec, s.set, s.owner, interval(s.ttl), keys).
+		Scan(&bound, &refusal, &l.keys, &l.tokens, &l.acquired, &l.at); err != nil {
 		_ = c.Close(context.WithoutCancel(ctx))
 		return nil, 0, sqlError("set_bind", err)
 	}
@@ -89,14 +92,38 @@ func (s *setSession) bind(ctx context.Context, keys []string) (ended <-chan stru
 		_ = c.Close(context.WithoutCancel(ctx))
 		return nil, 0, errBindBusy
 	}
-	if n > 0 {
+	if len(l.keys) > 0 {
+		l.holders = make([]string, len(l.keys))
+		for i := range l.holders {
+			l.holders[i] = s.owner
+		}
+		l.report(s.owner, s.set, "bind", sent)
 		// The other members campaign for the keys lapsed now, not at
 		// their next tick.
 		setHint(ctx, c, s.set, "release", s.log, "lapsing this member's keys")
 	}
 	s.conn, s.ended = c, make(chan struct{})
 	s.startRead()
-	return s.ended, int(n), nil
+	return s.ended, len(l.keys), nil
+}
+
+// setLapsed is what one set_bind or set_wake lapsed: the terms (key,
+// holder, token, acquisition) and the expiry it gave them.
+type setLapsed struct {
+	keys, holders []string
+	tokens        []int64
+	acquired      []time.Time
+	at            pgtype.Timestamptz
+}
+
+// report hands l to internal/hook.Bound, if set: the fault-injection
+// checker ends those terms at l.at when a failover lost the lapse from the
+// lease table's audit.
+func (l setLapsed) report(owner, set, op string, sent time.Time) {
+	if h := hook.Bound.Load(); h != nil && h.SetLapse != nil {
+		h.SetLapse(hook.SetLapse{Owner: owner, Set: set, Op: op, Sent: sent, At: l.at.Time,
+			Keys: l.keys, Holders: l.holders, Tokens: l.tokens, Acquired: l.acquired})
+	}
 }
 
 // startRead keeps a read pending on the connection until close: it returns
@@ -337,11 +364,13 @@ func (r *setRun) wake(ctx context.Context, conn *pgx.Conn) (string, error) {
 	s := r.s
 	var keys []string
 	for {
-		var lapsed int32
 		var dead []string
 		var watch pgtype.Text
-		if err := conn.QueryRow(ctx, `SELECT lapsed, dead, watch FROM pgleader.set_wake($1, $2, $3)`, exec,
-			s.spec.Key, s.opts.Owner, keys).Scan(&lapsed, &dead, &watch); err != nil {
+		var l setLapsed
+		sent := time.Now()
+		if err := conn.QueryRow(ctx, `SELECT dead, watch, lapsed_keys, lapsed_holders, lapsed_tokens, lapsed_acquired, lapsed_at
+		                                FROM pgleader.set_wake($1, $2, $3)`, exec, s.spec.Key, s.opts.Owner, keys).
+			Scan(&dead, &watch, &l.keys, &l.holders, &l.tokens, &l.acquired, &l.at); err != nil {
 			return "", sqlError("set_wake", err)
 		}
 		if len(dead) > 0 && keys == nil {
@@ -354,8 +383,9 @@ func (r *setRun) wake(ctx context.Context, conn *pgx.Conn) (string, error) {
 			}
 			continue
 		}
-		if lapsed > 0 {
-			s.log.Info("lapsed the keys of set members whose sessions ended", "keys", lapsed, "members", dead)
+		if len(l.keys) > 0 {
+			l.report(s.opts.Owner, s.spec.Key, "wake", sent)
+			s.log.Info("lapsed the keys of set members whose sessions ended", "keys", len(l.keys), "members", dead)
 			setHint(ctx, conn, s.spec.Key, "release", s.log, "lapsing a dead member's keys")
 			select {
 			case r.done <- func() {

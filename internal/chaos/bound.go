@@ -22,15 +22,19 @@ const startSessionBound = "session-bound"
 // internal/hook.Bound shows them to the recorder of the elector's owner:
 // held at its loop gate while the replica is paused, and recorded as the
 // recorder records the backend's calls.
+//
+// A session-bound Set's lapses (set_bind on a member's new session, or a
+// watcher's set_wake) are made on connections of the set's own too: the
+// hook shows them to the set recorder of the member that made them.
 var (
-	boundMu   sync.Mutex
-	boundRecs = map[string]*recorder{}
-	boundOnce sync.Once
+	boundMu      sync.Mutex
+	boundRecs    = map[string]*recorder{}
+	setLapseRecs = map[string]*setRecorder{}
+	boundOnce    sync.Once
 )
 
-// watchBound routes the hook's calls for owner to rec until the returned
-// function is called.
-func watchBound(owner string, rec *recorder) func() {
+// installBound sets the hook, once.
+func installBound() {
 	boundOnce.Do(func() {
 		hook.Bound.Store(&hook.BoundHooks{
 			Gate: func(owner string) error {
@@ -44,8 +48,22 @@ func watchBound(owner string, rec *recorder) func() {
 					r.bound(b)
 				}
 			},
+			SetLapse: func(l hook.SetLapse) {
+				boundMu.Lock()
+				r := setLapseRecs[l.Owner]
+				boundMu.Unlock()
+				if r != nil {
+					r.lapsed(l)
+				}
+			},
 		})
 	})
+}
+
+// watchBound routes the hook's calls for owner to rec until the returned
+// function is called.
+func watchBound(owner string, rec *recorder) func() {
+	installBound()
 	boundMu.Lock()
 	boundRecs[owner] = rec
 	boundMu.Unlock()
@@ -56,10 +74,36 @@ func watchBound(owner string, rec *recorder) func() {
 	}
 }
 
+// watchSetLapses routes the lapses the set member owner makes to rec until
+// the returned function is called.
+func watchSetLapses(owner string, rec *setRecorder) func() {
+	installBound()
+	boundMu.Lock()
+	setLapseRecs[owner] = rec
+	boundMu.Unlock()
+	return func() {
+		boundMu.Lock()
+		delete(setLapseRecs, owner)
+		boundMu.Unlock()
+	}
+}
+
 func boundRecorder(owner string) *recorder {
 	boundMu.Lock()
 	defer boundMu.Unlock()
 	return boundRecs[owner]
+}
+
+// lapsed records the terms a set_bind or set_wake of the member lapsed: a
+// KindLapse event per key, which names the lapsed term (its holder,
+// token and start) and the instant its lease was made to expire (DB).
+func (r *setRecorder) lapsed(l hook.SetLapse) {
+	for i, k := range l.Keys {
+		e := r.event(KindLapse, k, l.Sent, nil)
+		e.Owner, e.Token, e.Term, e.DB, e.Expires = l.Holders[i], l.Tokens[i], l.Acquired[i], l.At, l.At
+		e.Detail = fmt.Sprintf("lapsed by %s's %s", r.owner, l.Op)
+		r.sink.Record(e)
+	}
 }
 
 // lapsedDetail marks a campaign that lapsed a bound term whose session had
@@ -171,9 +215,17 @@ const lapseSlack = 100 * time.Millisecond
 // primary's last changes. The lapsed term is the one whose lease, as
 // the events have it, held the row when the campaign won; campaign_bound
 // lapsed it before the win, at a clock reading no later than the new
-// term's acquisition.
+// term's acquisition. A set's lapse (KindLapse) names the term it lapsed
+// and when, and ends it there.
 func lapsedByEvents(events []Event, terms map[TermID]*termSpan, fs []failover) {
 	for _, e := range events {
+		if e.Kind == KindLapse {
+			// A set's lapse names its term and instant.
+			if t := terms[e.termID()]; t != nil && (!t.audited || mayBeLost(fs, e.Sent)) && e.DB.Before(t.end()) {
+				t.lapsed = minTime(instant(e.DB), t.lapsed)
+			}
+			continue
+		}
 		if e.Kind != KindAcquire || e.Result != OK || !strings.Contains(e.Detail, lapsedDetail) {
 			continue
 		}

@@ -80,3 +80,57 @@ func TestLapseNotExcused(t *testing.T) {
 		expect(t, lapsed(1520, f).check(), chaos.PropNoOverlap, "while its holder still believed it led")
 	}
 }
+
+// setLapseStory is a session-bound set's lapse that a failover lost, as
+// in the run of seed 1548191883976329413 (docs/safety.md): r0.1 wins k1
+// with token 1 on pg1 at 0 and renews it at 1000 (until 4000); its
+// lease-path backends are terminated at 1400 and it ends its term at
+// 1401. At 1500 a statement lapses that term (expiry 1500): the member's
+// own new session's set_bind, or another member's set_wake; then owner
+// wins k1 with token 2 at 1600. pg1 is failed over at 2000, losing the
+// lapse and the new term: pg2's audit shows token 1 holding k1 until
+// 4000. With reported, the history has the lapse's report.
+func setLapseStory(owner string, reported bool) *story {
+	const k = "s-00"
+	s := &story{server: "pg1"}
+	s.events = append(s.events,
+		chaos.Event{Kind: chaos.KindStart, Replica: 0, Owner: "r0.1", Detail: "session-bound", Local: ms(-10)},
+		chaos.Event{Kind: chaos.KindStart, Replica: 1, Owner: "r1.1", Detail: "session-bound", Local: ms(-10)})
+	s.heal(-5)
+	a := s.acquireKey(k, "r0.1", 1, 0)
+	a.write(100).renew(1000)
+	s.events = append(s.events,
+		chaos.Event{Kind: chaos.KindFault, Replica: 0, Fault: chaos.FaultKill, Detail: "lease path: 2 backends (err <nil>)", Local: ms(1400)},
+		chaos.Event{Kind: chaos.KindTermEnding, Key: k, Owner: "r0.1", Token: 1, Term: ms(0), Local: ms(1401)})
+	if reported {
+		by := map[string]int{"r0.1": 0, "r1.1": 1}[owner]
+		s.events = append(s.events, chaos.Event{Kind: chaos.KindLapse, Replica: by, Key: k, Owner: "r0.1", Token: 1, Term: ms(0),
+			DB: ms(1500), Expires: ms(1500), Sent: ms(1499), Local: ms(1501), Result: chaos.OK})
+	}
+	b := s.acquireKey(k, owner, 2, 1600)
+	b.lost(2, 1700)
+	s.failover("pg2", 2000, 2100, 2200)
+	s.tables.Changes = []chaos.LeaseChange{
+		{ID: 1, Key: k, Op: "INSERT", At: ms(0), NewHolder: "r0.1", NewToken: 1, NewAcquired: ms(0), NewExpires: ms(3000), Server: "pg1"},
+		{ID: 2, Key: k, Op: "UPDATE", At: ms(1000), OldHolder: "r0.1", OldToken: 1, OldAcquired: ms(0), OldExpires: ms(3000),
+			NewHolder: "r0.1", NewToken: 1, NewAcquired: ms(0), NewExpires: ms(4000), Server: "pg1"},
+	}
+	s.tables.Units = s.tables.Units[:1] // the new term's unit was lost with pg1
+	return s
+}
+
+// TestSetLapseLostInFailover: a set's lapse that the audit lost ends the
+// lapsed term where its report says, and the take-over is classified as
+// an early one; without the report the two terms overlap.
+func TestSetLapseLostInFailover(t *testing.T) {
+	for _, owner := range []string{"r0.1", "r1.1"} {
+		r := setLapseStory(owner, true).check()
+		if !r.OK() {
+			t.Fatalf("%s: violations: %v", owner, r.Violations)
+		}
+		if r.LostTerms != 1 || len(r.Lapses) != 1 || r.Lapses[0].Overlap > 0 || r.Lapses[0].Cause != chaos.CauseTerminated {
+			t.Fatalf("%s: lost terms %d, lapses %+v; want 1 and one lapse by termination without overlap", owner, r.LostTerms, r.Lapses)
+		}
+		expect(t, setLapseStory(owner, false).check(), chaos.PropNoOverlap, "held the lease until 12:00:04")
+	}
+}

@@ -28,12 +28,17 @@ const (
 	// replica saw it: the end of its belief that it leads. Recorded with
 	// SessionBound only.
 	KindTermEnding Kind = "term-ending"
-	KindStart      Kind = "start" // a replica incarnation started
-	KindStop       Kind = "stop"  // a replica incarnation stopped (Detail: graceful or crash)
-	KindFault      Kind = "fault" // a fault began (Fault names it)
-	KindFaultUp    Kind = "fault-end"
-	KindWipe       Kind = "wipe" // the lease rows were deleted, at DB
-	KindHeal       Kind = "heal" // every fault healed, at DB: a leader must be back soon
+	// KindLapse: a session-bound set member's set_bind or set_wake lapsed
+	// the term of Owner (another member's, or its own of an ended
+	// session) with Token begun at Term: its lease expires at DB. Sent is
+	// when the statement was sent; Replica and Detail name who sent it.
+	KindLapse   Kind = "lapse"
+	KindStart   Kind = "start" // a replica incarnation started
+	KindStop    Kind = "stop"  // a replica incarnation stopped (Detail: graceful or crash)
+	KindFault   Kind = "fault" // a fault began (Fault names it)
+	KindFaultUp Kind = "fault-end"
+	KindWipe    Kind = "wipe" // the lease rows were deleted, at DB
+	KindHeal    Kind = "heal" // every fault healed, at DB: a leader must be back soon
 	// KindFailover: the primary Prev was killed (from Sent) and the standby
 	// Server promoted (its clock read DB just after); every proxy had moved
 	// to Server by Local, so a statement sent after Local reaches only it.

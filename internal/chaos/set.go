@@ -46,11 +46,16 @@ func (r *replica) runSet(ctx context.Context, pg *pgleader.Postgres, logger *slo
 	start := Event{Kind: KindStart, Replica: cfg.Index, Owner: cfg.Owner}
 	if cfg.SessionBound {
 		// Its bound session and its watch run on connections of the
-		// set's own (one each), past rec: the lease audit shows the
-		// watch's lapses, and the observer each term's end of belief.
+		// set's own (one each), past rec: the lease audit shows their
+		// lapses, the hook reports them too (watchSetLapses: the audit
+		// may lose them in a failover), and the observer each term's
+		// end of belief.
 		start.Detail = startSessionBound
 	}
 	r.sink.Record(start)
+	if cfg.SessionBound {
+		defer watchSetLapses(cfg.Owner, rec)()
+	}
 	return set.Run(ctx)
 }
 

@@ -2,7 +2,7 @@
 // fault-injection checker (internal/chaos) can show it catches the
 // breakage (nothing but tests of the checker sets them), and Bound, through
 // which the fault-injection harness sees a session-bound elector's own
-// connection.
+// connection and the lapses of a session-bound set.
 package hook
 
 import (
@@ -31,6 +31,25 @@ type BoundHooks struct {
 	// Report is called after each campaign, renewal, release or
 	// hand-off statement on that connection, with its outcome.
 	Report func(BoundReport)
+	// SetLapse is called when a session-bound Set member's statement
+	// lapsed keys (pgleader.SetOptions.SessionBound): set_bind on its new
+	// session, or set_wake on its watch connection.
+	SetLapse func(SetLapse)
+}
+
+// SetLapse names the terms one set_bind or set_wake lapsed: Keys[i] was
+// held by Holders[i] with token Tokens[i] since Acquired[i], and its lease
+// now expires At (the database's clock). Owner is the member that ran the
+// statement, sent at Sent.
+type SetLapse struct {
+	Owner, Set string
+	// Op is "bind" or "wake".
+	Op       string
+	Sent, At time.Time
+	Keys     []string
+	Holders  []string
+	Tokens   []int64
+	Acquired []time.Time
 }
 
 // BoundReport is one statement on a session-bound elector's connection.
