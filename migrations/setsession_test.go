@@ -2,8 +2,10 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -376,5 +378,120 @@ func TestSetBindLapsesOwnKeys(t *testing.T) {
 	}
 	if live := liveKeys(t, db.Conn(t), keys); !slices.Equal(live["a"], []string{"k0"}) {
 		t.Fatalf("a holds %v; want k0 only", live)
+	}
+}
+
+// lapsedTerms is what a set_bind or set_wake says it lapsed.
+type lapsedTerms struct {
+	keys, holders []string
+	tokens        []int64
+	acquired      []time.Time
+	at            *time.Time
+}
+
+// leaseTerms reads each key's holder, token, acquisition and expiry.
+func leaseTerms(t *testing.T, db *pgtest.DB, keys []string) lapsedTerms {
+	t.Helper()
+	var l lapsedTerms
+	var expires []time.Time
+	if err := db.Pool.QueryRow(context.Background(), `SELECT array_agg(key ORDER BY key), array_agg(holder ORDER BY key),
+		array_agg(token ORDER BY key), array_agg(acquired_at ORDER BY key), array_agg(expires_at ORDER BY key)
+		FROM pgleader.lease WHERE key = ANY ($1)`, keys).Scan(&l.keys, &l.holders, &l.tokens, &l.acquired, &expires); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range expires[1:] {
+		if !e.Equal(expires[0]) {
+			t.Fatalf("expiries %v; want one instant", expires)
+		}
+	}
+	l.at = &expires[0]
+	return l
+}
+
+func (l lapsedTerms) String() string {
+	at := "NULL"
+	if l.at != nil {
+		at = l.at.Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("keys %v, holders %v, tokens %v, acquired %v, at %s", l.keys, l.holders, l.tokens, l.acquired, at)
+}
+
+func (l lapsedTerms) equal(m lapsedTerms) bool {
+	return slices.Equal(l.keys, m.keys) && slices.Equal(l.holders, m.holders) && slices.Equal(l.tokens, m.tokens) &&
+		slices.EqualFunc(l.acquired, m.acquired, time.Time.Equal) && (l.at == nil) == (m.at == nil) && (l.at == nil || l.at.Equal(*m.at))
+}
+
+// TestSetLapseNamesTerms: set_wake and set_bind name each term they lapse
+// (key, holder, token, acquisition) and the expiry they gave it, which the
+// lease row then shows; nothing and NULL when they lapse nothing.
+func TestSetLapseNamesTerms(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	keys := []string{"k0", "k1", "k2", "k3"}
+	wake := func(c *pgx.Conn, owner string) lapsedTerms {
+		t.Helper()
+		l := lapsedTerms{}
+		if err := c.QueryRow(ctx, `SELECT lapsed_keys, lapsed_holders, lapsed_tokens, lapsed_acquired, lapsed_at
+			FROM pgleader.set_wake('s', $1, $2)`, owner, keys).Scan(&l.keys, &l.holders, &l.tokens, &l.acquired, &l.at); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	bind := func(c *pgx.Conn, owner string) lapsedTerms {
+		t.Helper()
+		var ok bool
+		l := lapsedTerms{}
+		if err := c.QueryRow(ctx, `SELECT bound, lapsed_keys, lapsed_tokens, lapsed_acquired, lapsed_at
+			FROM pgleader.set_bind('s', $1, '1 minute', $2)`, owner, keys).Scan(&ok, &l.keys, &l.tokens, &l.acquired, &l.at); err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Fatalf("%s's bind: not bound", owner)
+		}
+		l.holders = make([]string, len(l.keys))
+		for i := range l.holders {
+			l.holders[i] = owner
+		}
+		return l
+	}
+	empty := lapsedTerms{keys: []string{}, holders: []string{}, tokens: []int64{}, acquired: []time.Time{}}
+	sa, sb := db.Conn(t), db.Conn(t)
+	if l := bind(sa, "a"); !l.equal(empty) {
+		t.Fatalf("a's first bind lapsed %v; want nothing", l)
+	}
+	if l := bind(sb, "b"); !l.equal(empty) {
+		t.Fatalf("b's first bind lapsed %v; want nothing", l)
+	}
+	if won := setAcquire(t, db.Pool, "a", "k0", "k2"); len(won) != 2 {
+		t.Fatalf("a won %v", won)
+	}
+	if won := setAcquire(t, db.Pool, "b", "k1"); len(won) != 1 {
+		t.Fatalf("b won %v", won)
+	}
+	w := db.Conn(t)
+	if l := wake(w, "b"); !l.equal(empty) {
+		t.Fatalf("a wake with every member live lapsed %v; want nothing", l)
+	}
+	held := leaseTerms(t, db, []string{"k0", "k2"})
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, sa))
+	waitGone(t, db, "a")
+	l := wake(w, "b")
+	after := leaseTerms(t, db, []string{"k0", "k2"})
+	held.at = after.at
+	if !l.equal(held) || !after.equal(held) {
+		t.Fatalf("b's wake after a's session ended lapsed %v; the rows show %v, held %v", l, after, held)
+	}
+
+	// b's session ends; its new session's bind lapses k1, which it won
+	// under the ended one.
+	before := leaseTerms(t, db, []string{"k1"})
+	mustExec(t, db.Pool, `SELECT pg_terminate_backend($1)`, backendPID(t, sb))
+	waitGone(t, db, "b")
+	l = bind(db.Conn(t), "b")
+	after = leaseTerms(t, db, []string{"k1"})
+	before.at = after.at
+	if !l.equal(before) || !after.equal(before) {
+		t.Fatalf("b's bind after its session ended lapsed %v; the row shows %v, held %v", l, after, before)
 	}
 }
