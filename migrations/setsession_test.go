@@ -399,6 +399,9 @@ func leaseTerms(t *testing.T, db *pgtest.DB, keys []string) lapsedTerms {
 		FROM pgleader.lease WHERE key = ANY ($1)`, keys).Scan(&l.keys, &l.holders, &l.tokens, &l.acquired, &expires); err != nil {
 		t.Fatal(err)
 	}
+	if len(expires) == 0 {
+		t.Fatalf("no lease rows for %v", keys)
+	}
 	for _, e := range expires[1:] {
 		if !e.Equal(expires[0]) {
 			t.Fatalf("expiries %v; want one instant", expires)
@@ -478,6 +481,9 @@ func TestSetLapseNamesTerms(t *testing.T) {
 	waitGone(t, db, "a")
 	l := wake(w, "b")
 	after := leaseTerms(t, db, []string{"k0", "k2"})
+	if !after.at.Before(*held.at) {
+		t.Fatalf("a's keys expire %v after b's wake, %v before it; want earlier", after.at, held.at)
+	}
 	held.at = after.at
 	if !l.equal(held) || !after.equal(held) {
 		t.Fatalf("b's wake after a's session ended lapsed %v; the rows show %v, held %v", l, after, held)
@@ -490,6 +496,9 @@ func TestSetLapseNamesTerms(t *testing.T) {
 	waitGone(t, db, "b")
 	l = bind(db.Conn(t), "b")
 	after = leaseTerms(t, db, []string{"k1"})
+	if !after.at.Before(*before.at) {
+		t.Fatalf("k1 expires %v after b's new bind, %v before it; want earlier", after.at, before.at)
+	}
 	before.at = after.at
 	if !l.equal(before) || !after.equal(before) {
 		t.Fatalf("b's bind after its session ended lapsed %v; the row shows %v, held %v", l, after, before)
