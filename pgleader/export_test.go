@@ -1,6 +1,11 @@
 package pgleader
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
 
 // ParseEvent exposes parseEvent to the tests.
 var ParseEvent = parseEvent
@@ -31,3 +36,14 @@ func SetCampaignBudget(n int) (restore func()) {
 	campaignBudget = n
 	return func() { campaignBudget = old }
 }
+
+// With exposes Postgres.with to the tests.
+func With(ctx context.Context, p *Postgres, fn func(DB) error) error {
+	return p.with(ctx, func(db DB, _ *pgconn.PgConn) error { return fn(db) })
+}
+
+// HoldConnections exposes Postgres.holdConnections to the tests.
+func HoldConnections(p *Postgres) (release func()) { return p.holdConnections() }
+
+// MaxSpare is maxSpare.
+const MaxSpare = maxSpare

@@ -21,6 +21,13 @@ const leaseApplicationName = "pgleader lease"
 // user who needs the connection again within linger gets the same session.
 const linger = 100 * time.Millisecond
 
+// maxSpare is how many connections of their own (see [leaseConn.once]) the
+// operations of one backend may have open at a time. Beyond it an operation
+// waits for the lease connection, a pool connection or a spare, whichever
+// comes first: without a bound, many Electors on one backend whose bodies
+// hold the pool would each open one, up to the server's max_connections.
+const maxSpare = 2
+
 // leaseConn is the connection the lease operations of running electors
 // and sets share. It is opened on first use while anyone holds it, reopened
 // after any error that may have left it in an unknown state, and closed
@@ -43,6 +50,10 @@ type leaseConn struct {
 	holders int
 	closing *time.Timer   // closes conn linger after the last holder let go
 	linger  time.Duration // 0: linger; tests set it
+	// spares counts the connections open for once; spareFreed, when
+	// non-nil, is closed when one of them ends.
+	spares     int
+	spareFreed chan struct{}
 }
 
 // hold registers a user and returns the function that lets go.
@@ -147,10 +158,35 @@ func connectNamed(ctx context.Context, cfg *pgx.ConnConfig, name string) (*pgx.C
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
-// once runs fn on a connection of its own, opened for it and closed after:
+// takeSpare reserves one of the maxSpare connections for once and reports
+// true; with none left it reports false and a channel closed when one is
+// freed.
+func (lc *leaseConn) takeSpare() (bool, <-chan struct{}) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.spares < maxSpare {
+		lc.spares++
+		return true, nil
+	}
+	if lc.spareFreed == nil {
+		lc.spareFreed = make(chan struct{})
+	}
+	return false, lc.spareFreed
+}
+
+// once runs fn on a connection of its own, opened for it and closed after,
 // for an operation that finds the lease connection busy and the pool
-// exhausted.
+// exhausted; it frees the spare that takeSpare reserved for it.
 func (lc *leaseConn) once(ctx context.Context, fn func(DB, *pgconn.PgConn) error) error {
+	defer func() {
+		lc.mu.Lock()
+		lc.spares--
+		if lc.spareFreed != nil {
+			close(lc.spareFreed)
+			lc.spareFreed = nil
+		}
+		lc.mu.Unlock()
+	}()
 	c, err := lc.connect(ctx)
 	if err != nil {
 		return err
@@ -175,8 +211,9 @@ func (lc *leaseConn) done(c *pgx.Conn) {
 // pipeline. While another statement runs on the lease connection, fn runs
 // on whichever comes first: the lease connection once that statement ends,
 // or a pool connection; and on a connection opened for it if the pool is
-// exhausted (by bodies that hold its connections). So a statement that
-// waits for long holds up no other.
+// exhausted (by bodies that hold its connections) and fewer than maxSpare
+// such connections are open, else on whichever of the three frees first.
+// So a statement that waits for long holds up no other.
 func (p *Postgres) with(ctx context.Context, fn func(DB, *pgconn.PgConn) error) error {
 	for p.lease != nil {
 		done, busy, err := p.lease.do(ctx, fn)
@@ -190,15 +227,21 @@ func (p *Postgres) with(ctx context.Context, fn func(DB, *pgconn.PgConn) error) 
 		if !ok {
 			break
 		}
+		var freed <-chan struct{} // nil unless every spare is in use
 		if st := pool.Stat(); st.IdleConns() == 0 && st.TotalConns() >= st.MaxConns() {
 			// Bodies hold every pool connection: waiting for one, or for
 			// the busy statement, could outlast this operation's term.
-			return p.lease.once(ctx, fn)
+			var ok bool
+			if ok, freed = p.lease.takeSpare(); ok {
+				return p.lease.once(ctx, fn)
+			}
 		}
 		actx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
 			case <-busy:
+				cancel()
+			case <-freed:
 				cancel()
 			case <-actx.Done():
 			}
@@ -212,7 +255,7 @@ func (p *Postgres) with(ctx context.Context, fn func(DB, *pgconn.PgConn) error) 
 		if ctx.Err() != nil {
 			return err
 		}
-		// The lease connection is free again: try it.
+		// The lease connection or a spare is free again: try it.
 	}
 	switch db := p.db.(type) {
 	case *pgxpool.Pool:
