@@ -262,11 +262,15 @@ type setRun struct {
 	// return, arrive on done as a call to run on the loop.
 	renewing, campaigning, sending bool
 	done                           chan func()
-	renewT                         *time.Timer
-	tickAt                         time.Time // when renewT fires
-	campaignT                      *time.Timer
-	termT                          *time.Timer // the earliest instant a term's machine needs
-	releaseT                       *time.Timer // armed while releases wait to be batched
+	// launch holds the bodies of the terms started by the event the loop
+	// handles now, run on goroutines of their own once it is handled (see
+	// campaigned).
+	launch    []func()
+	renewT    *time.Timer
+	tickAt    time.Time // when renewT fires
+	campaignT *time.Timer
+	termT     *time.Timer // the earliest instant a term's machine needs
+	releaseT  *time.Timer // armed while releases wait to be batched
 
 	// With SetOptions.SessionBound (setbound.go): the member's bound
 	// session, the context and wait group of its binder and watcher
@@ -372,7 +376,16 @@ func (r *setRun) loop() {
 			r.sessionLost()
 		}
 		r.settle()
+		r.launchBodies()
 	}
+}
+
+// launchBodies runs the bodies of the terms started since the last call.
+func (r *setRun) launchBodies() {
+	for _, body := range r.launch {
+		go body()
+	}
+	r.launch = nil
 }
 
 // stop ends every term as stopped and the run once they are released.
@@ -771,6 +784,14 @@ func (r *setRun) campaigned(sent time.Time, gen int, won []Lease, members int, c
 		}
 	}
 	r.schedule()
+	if len(won) > 0 {
+		// The next part, if one may take more, is sent before the bodies
+		// of this one start (the loop runs them once this event is
+		// handled): starting 10,000 bodies takes the loop 0.1 to 0.3 s on
+		// two cores, and a dead member's keys at 100,000 keys come in two
+		// parts that used to wait for each other's starts.
+		r.startCampaign()
+	}
 }
 
 // start begins the term of a key won by a campaign sent at sent. A term
@@ -802,11 +823,11 @@ func (r *setRun) start(l Lease, sent time.Time) {
 		r.step(l.Key, st, act)
 		return
 	}
-	go func() {
+	r.launch = append(r.launch, func() {
 		err := runBody(ctx, t, s.opts.Claim, s.opts.Lead, s.fail, func() { s.leading(t) }, true)
 		cancelled := ctx.Err() != nil
 		r.done <- func() { r.bodyReturned(st, err, cancelled) }
-	}()
+	})
 }
 
 // leading logs and observes that t's body starts, on the body's goroutine.
