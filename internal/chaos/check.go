@@ -492,8 +492,17 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 				// campaign_bound lapsed the term: its session had ended.
 				cur.lapsed = minTime(instant(c.NewExpires), cur.lapsed)
 			case newID == oldID && !c.NewExpires.Equal(c.OldExpires):
-				if !c.At.Before(c.OldExpires) {
-					r.violate(PropLease, "term %s renewed at %s after its lease expired at %s", fmtTerm(oldID), fmtTime(c.At), fmtTime(c.OldExpires))
+				// Judged by the instant the server decided the renewal
+				// at (the row's renewed_at), not by when the audit
+				// trigger ran, after the statement's last row; an audit
+				// without it (older histories) is judged by At.
+				decided := c.At
+				if !c.NewRenewed.IsZero() {
+					decided = c.NewRenewed
+				}
+				if !decided.Before(c.OldExpires) {
+					r.violate(PropLease, "term %s renewed at %s (audited at %s) after its lease expired at %s",
+						fmtTerm(oldID), fmtTime(decided), fmtTime(c.At), fmtTime(c.OldExpires))
 				}
 				cur.expires = maxTime(cur.expires, c.NewExpires)
 			}

@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS chaos_lease_audit (
     server       text        DEFAULT current_setting('chaos.server', true)
 );
 ALTER TABLE chaos_lease_audit ADD COLUMN IF NOT EXISTS handed_off boolean NOT NULL DEFAULT false;
+ALTER TABLE chaos_lease_audit ADD COLUMN IF NOT EXISTS new_renewed timestamptz;
 CREATE OR REPLACE FUNCTION chaos_lease_audit() RETURNS trigger LANGUAGE plpgsql
     SET search_path = public AS $$
 BEGIN
@@ -60,10 +61,10 @@ BEGIN
         VALUES (TG_OP, OLD.key, OLD.holder, OLD.token, OLD.acquired_at, OLD.expires_at);
     ELSE
         INSERT INTO chaos_lease_audit (op, key, old_holder, old_token, old_acquired, old_expires,
-                                       new_holder, new_token, new_acquired, new_expires, handed_off)
+                                       new_holder, new_token, new_acquired, new_expires, handed_off, new_renewed)
         VALUES (TG_OP, NEW.key, OLD.holder, OLD.token, OLD.acquired_at, OLD.expires_at,
                 NEW.holder, NEW.token, NEW.acquired_at, NEW.expires_at,
-                coalesce((to_jsonb(NEW) ->> 'handed_off')::boolean, false));
+                coalesce((to_jsonb(NEW) ->> 'handed_off')::boolean, false), NEW.renewed_at);
     END IF;
     RETURN NULL;
 END
@@ -194,6 +195,12 @@ type LeaseChange struct {
 	NewHolder               string
 	NewToken                int64
 	NewAcquired, NewExpires time.Time
+	// NewRenewed is the row's renewed_at after the change: for a renewal,
+	// the instant on the database clock the server judged the term
+	// unexpired at, with the row locked from then on. At, the audit
+	// trigger's clock, is later: row triggers fire once the statement has
+	// written every row, a millisecond or more after for a set's tick.
+	NewRenewed time.Time
 	// Server is the server that committed the change ("" if not named).
 	Server string
 	// HandedOff: the write handed the lease from the old term to the new
@@ -246,7 +253,8 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, keys ...string) (Table
 		return t, err
 	}
 	rows, err = q.Query(ctx, `SELECT id, key, op, at, old_holder, old_token, old_acquired, old_expires,
-	        new_holder, new_token, new_acquired, new_expires, coalesce(server, ''), handed_off FROM chaos_lease_audit WHERE key = ANY($1) ORDER BY id`, keys)
+	        new_holder, new_token, new_acquired, new_expires, coalesce(server, ''), handed_off, new_renewed
+	   FROM chaos_lease_audit WHERE key = ANY($1) ORDER BY id`, keys)
 	if err != nil {
 		return t, err
 	}
@@ -254,8 +262,9 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, keys ...string) (Table
 		var c LeaseChange
 		var oh, nh pgtype.Text
 		var ot, nt pgtype.Int8
-		var oa, oe, na, ne pgtype.Timestamptz
-		err := r.Scan(&c.ID, &c.Key, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne, &c.Server, &c.HandedOff)
+		var oa, oe, na, ne, nr pgtype.Timestamptz
+		err := r.Scan(&c.ID, &c.Key, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne, &c.Server, &c.HandedOff, &nr)
+		c.NewRenewed = nr.Time
 		c.OldHolder, c.OldToken, c.OldAcquired, c.OldExpires = oh.String, ot.Int64, oa.Time, oe.Time
 		c.NewHolder, c.NewToken, c.NewAcquired, c.NewExpires = nh.String, nt.Int64, na.Time, ne.Time
 		return c, err
