@@ -1,8 +1,10 @@
 package pgleader
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"sync"
 	"time"
@@ -51,10 +53,16 @@ type leaseConn struct {
 	closing *time.Timer   // closes conn linger after the last holder let go
 	linger  time.Duration // 0: linger; tests set it
 	// spares counts the connections open for once; spareFreed, when
-	// non-nil, is closed when one of them ends.
+	// non-nil, is closed when one of them ends; warned is when an
+	// operation was last told to wait for one (see takeSpare).
 	spares     int
 	spareFreed chan struct{}
+	warned     time.Time
 }
+
+// spareWarnEvery is how often at most a backend logs that its operations
+// wait for a spare connection.
+const spareWarnEvery = time.Minute
 
 // hold registers a user and returns the function that lets go.
 func (lc *leaseConn) hold() func() {
@@ -159,19 +167,24 @@ func connectNamed(ctx context.Context, cfg *pgx.ConnConfig, name string) (*pgx.C
 }
 
 // takeSpare reserves one of the maxSpare connections for once and reports
-// true; with none left it reports false and a channel closed when one is
-// freed.
-func (lc *leaseConn) takeSpare() (bool, <-chan struct{}) {
+// true; with none left it reports false, a channel closed when one is
+// freed, and whether the caller should log that it waits (at most once per
+// spareWarnEvery).
+func (lc *leaseConn) takeSpare() (ok bool, freed <-chan struct{}, warn bool) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	if lc.spares < maxSpare {
 		lc.spares++
-		return true, nil
+		return true, nil, false
 	}
 	if lc.spareFreed == nil {
 		lc.spareFreed = make(chan struct{})
 	}
-	return false, lc.spareFreed
+	now := time.Now()
+	if warn = now.Sub(lc.warned) >= spareWarnEvery; warn {
+		lc.warned = now
+	}
+	return false, lc.spareFreed, warn
 }
 
 // once runs fn on a connection of its own, opened for it and closed after,
@@ -231,9 +244,13 @@ func (p *Postgres) with(ctx context.Context, fn func(DB, *pgconn.PgConn) error) 
 		if st := pool.Stat(); st.IdleConns() == 0 && st.TotalConns() >= st.MaxConns() {
 			// Bodies hold every pool connection: waiting for one, or for
 			// the busy statement, could outlast this operation's term.
-			var ok bool
-			if ok, freed = p.lease.takeSpare(); ok {
+			ok, f, warn := p.lease.takeSpare()
+			if ok {
 				return p.lease.once(ctx, fn)
+			}
+			if freed = f; warn {
+				cmp.Or(p.log, slog.Default()).Warn("lease operations wait: the lease connection is busy, bodies hold every pool connection, and the backend's spare connections are all open; raise the pool's MaxConns or hold fewer of its connections in bodies",
+					"spares", maxSpare)
 			}
 		}
 		actx, cancel := context.WithCancel(ctx)

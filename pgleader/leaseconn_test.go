@@ -2,6 +2,8 @@ package pgleader_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,7 +71,8 @@ func TestExhaustedPoolOpensBoundedSpares(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	pool := db.NewPoolConfig(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
-	p := pgleader.NewPostgres(pool, pgleader.WithLogger(quiet))
+	var logs lockedLog
+	p := pgleader.NewPostgres(pool, pgleader.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	release := pgleader.HoldConnections(p)
 	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -129,5 +132,9 @@ func TestExhaustedPoolOpensBoundedSpares(t *testing.T) {
 	}
 	if peak < 2 {
 		t.Fatalf("peak of %d lease connections: no spare was opened, the test did not exercise the exhausted pool", peak)
+	}
+	// Operations waited for a spare: said once at Warn, not once each.
+	if n := strings.Count(logs.String(), "level=WARN msg=\"lease operations wait"); n != 1 {
+		t.Fatalf("%d warnings that operations wait for a spare, want 1; logs:\n%s", n, logs.String())
 	}
 }
