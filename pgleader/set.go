@@ -783,15 +783,17 @@ func (r *setRun) campaigned(sent time.Time, gen int, won []Lease, members int, c
 			r.armRenew(r.tickAt)
 		}
 	}
-	r.schedule()
-	if len(won) > 0 {
-		// The next part, if one may take more, is sent before the bodies
-		// of this one start (the loop runs them once this event is
-		// handled): starting 10,000 bodies takes the loop 0.1 to 0.3 s on
-		// two cores, and a dead member's keys at 100,000 keys come in two
-		// parts that used to wait for each other's starts.
-		r.startCampaign()
+	if len(won) == 0 {
+		r.schedule()
+		return
 	}
+	// The next part, if one may take more, is sent before the bodies of
+	// this one start (the loop runs them once this event is handled):
+	// starting 10,000 bodies takes the loop 0.1 to 0.3 s on two cores, and
+	// a dead member's keys at 100,000 keys come in two parts that used to
+	// wait for each other's starts. If none may go now, startCampaign
+	// arms the timer as schedule does.
+	r.startCampaign()
 }
 
 // start begins the term of a key won by a campaign sent at sent. A term
