@@ -493,11 +493,13 @@ func buildTerms(r *Report, events []Event, changes []LeaseChange, fs []failover)
 				cur.lapsed = minTime(instant(c.NewExpires), cur.lapsed)
 			case newID == oldID && !c.NewExpires.Equal(c.OldExpires):
 				// Judged by the instant the server decided the renewal
-				// at (the row's renewed_at), not by when the audit
-				// trigger ran, after the statement's last row; an audit
-				// without it (older histories) is judged by At.
+				// at (the row's renewed_at, when the change wrote it),
+				// not by when the audit trigger ran, after the
+				// statement's last row; a change that left renewed_at
+				// as it was, or an audit without it (older histories),
+				// is judged by At.
 				decided := c.At
-				if !c.NewRenewed.IsZero() {
+				if !c.NewRenewed.IsZero() && !c.NewRenewed.Equal(c.OldRenewed) {
 					decided = c.NewRenewed
 				}
 				if !decided.Before(c.OldExpires) {

@@ -801,7 +801,8 @@ func TestCheckLostRenewalThenEpochFree(t *testing.T) {
 // millisecond or more later. A renewal decided before the expiry and
 // audited after it is not a violation (a 5-minute run of 1,000 keys reported
 // 17 such, 0.7 to 0.9 ms after); one decided at or after the expiry is, and
-// so is one audited after it when the audit has no renewed_at.
+// so is one audited after it when the audit has no renewed_at or the
+// change did not write it.
 func TestCheckRenewalJudgedWhenDecided(t *testing.T) {
 	t.Parallel()
 	story := func(decided time.Time) *story {
@@ -824,4 +825,10 @@ func TestCheckRenewalJudgedWhenDecided(t *testing.T) {
 	legacy := story(ms(2999))
 	legacy.tables.Changes[2].NewRenewed = time.Time{}
 	expect(t, legacy.check(), chaos.PropLease, "renewed at")
+	// A change that moved the expiry but left renewed_at as it was
+	// decided nothing at that instant: judged by the audit's stamp.
+	unwritten := story(ms(0))
+	unwritten.tables.Changes[2].OldRenewed = ms(0)
+	unwritten.tables.Changes[2].NewExpires = ms(6000)
+	expect(t, unwritten.check(), chaos.PropLease, "renewed at")
 }

@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS chaos_lease_audit (
 );
 ALTER TABLE chaos_lease_audit ADD COLUMN IF NOT EXISTS handed_off boolean NOT NULL DEFAULT false;
 ALTER TABLE chaos_lease_audit ADD COLUMN IF NOT EXISTS new_renewed timestamptz;
+ALTER TABLE chaos_lease_audit ADD COLUMN IF NOT EXISTS old_renewed timestamptz;
 CREATE OR REPLACE FUNCTION chaos_lease_audit() RETURNS trigger LANGUAGE plpgsql
     SET search_path = public AS $$
 BEGIN
@@ -61,10 +62,10 @@ BEGIN
         VALUES (TG_OP, OLD.key, OLD.holder, OLD.token, OLD.acquired_at, OLD.expires_at);
     ELSE
         INSERT INTO chaos_lease_audit (op, key, old_holder, old_token, old_acquired, old_expires,
-                                       new_holder, new_token, new_acquired, new_expires, handed_off, new_renewed)
+                                       new_holder, new_token, new_acquired, new_expires, handed_off, new_renewed, old_renewed)
         VALUES (TG_OP, NEW.key, OLD.holder, OLD.token, OLD.acquired_at, OLD.expires_at,
                 NEW.holder, NEW.token, NEW.acquired_at, NEW.expires_at,
-                coalesce((to_jsonb(NEW) ->> 'handed_off')::boolean, false), NEW.renewed_at);
+                coalesce((to_jsonb(NEW) ->> 'handed_off')::boolean, false), NEW.renewed_at, OLD.renewed_at);
     END IF;
     RETURN NULL;
 END
@@ -200,7 +201,9 @@ type LeaseChange struct {
 	// unexpired at, with the row locked from then on. At, the audit
 	// trigger's clock, is later: row triggers fire once the statement has
 	// written every row, a millisecond or more after for a set's tick.
-	NewRenewed time.Time
+	// OldRenewed is renewed_at before it: a change that left it as it was
+	// (a lapse) decided nothing at NewRenewed.
+	NewRenewed, OldRenewed time.Time
 	// Server is the server that committed the change ("" if not named).
 	Server string
 	// HandedOff: the write handed the lease from the old term to the new
@@ -253,7 +256,7 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, keys ...string) (Table
 		return t, err
 	}
 	rows, err = q.Query(ctx, `SELECT id, key, op, at, old_holder, old_token, old_acquired, old_expires,
-	        new_holder, new_token, new_acquired, new_expires, coalesce(server, ''), handed_off, new_renewed
+	        new_holder, new_token, new_acquired, new_expires, coalesce(server, ''), handed_off, new_renewed, old_renewed
 	   FROM chaos_lease_audit WHERE key = ANY($1) ORDER BY id`, keys)
 	if err != nil {
 		return t, err
@@ -262,9 +265,9 @@ func ReadTables(ctx context.Context, db sqlfence.Querier, keys ...string) (Table
 		var c LeaseChange
 		var oh, nh pgtype.Text
 		var ot, nt pgtype.Int8
-		var oa, oe, na, ne, nr pgtype.Timestamptz
-		err := r.Scan(&c.ID, &c.Key, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne, &c.Server, &c.HandedOff, &nr)
-		c.NewRenewed = nr.Time
+		var oa, oe, na, ne, nr, or pgtype.Timestamptz
+		err := r.Scan(&c.ID, &c.Key, &c.Op, &c.At, &oh, &ot, &oa, &oe, &nh, &nt, &na, &ne, &c.Server, &c.HandedOff, &nr, &or)
+		c.NewRenewed, c.OldRenewed = nr.Time, or.Time
 		c.OldHolder, c.OldToken, c.OldAcquired, c.OldExpires = oh.String, ot.Int64, oa.Time, oe.Time
 		c.NewHolder, c.NewToken, c.NewAcquired, c.NewExpires = nh.String, nt.Int64, na.Time, ne.Time
 		return c, err
