@@ -312,3 +312,40 @@ func TestEpochTopUpgrade(t *testing.T) {
 		wantCode(t, sql, err, "22003", "no token epoch left")
 	}
 }
+
+// TestEpochNewKeysOfACampaign: the rows acquire_many and set_acquire create
+// for keys never seen start at the epoch's base, as the column's default
+// does (version 27 reads the base once per statement rather than once per
+// row): in epoch 1, a new key's first token is 2^40 + 1.
+func TestEpochNewKeysOfACampaign(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_ = acquire(t, db.Pool, "seen", "a", "1 minute") // a key, so that the notice has one to move
+	forgetEpoch(t, db)
+	mustExec(t, db.Pool, `SELECT pgleader.grace()`)
+	if e := epoch(t, db); e != 1 {
+		t.Fatalf("epoch after the notice = %d; want 1", e)
+	}
+	endGrace(t, db)
+	check := func(what, sql string, want int) {
+		t.Helper()
+		var keys []string
+		var tokens []int64
+		if err := db.Pool.QueryRow(ctx, sql).Scan(&keys, &tokens); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if len(keys) != want {
+			t.Fatalf("%s won %v; want %d keys", what, keys, want)
+		}
+		for i, k := range keys {
+			if tokens[i] != epochSpan+1 {
+				t.Errorf("%s: %s's first token = %d; want %d (epoch 1's base + 1)", what, k, tokens[i], epochSpan+1)
+			}
+		}
+	}
+	check("acquire_many", `SELECT array_agg(key ORDER BY key), array_agg(token ORDER BY key)
+		FROM pgleader.acquire_many(ARRAY['m1','m2','m3'], 'b', '1 minute', 3)`, 3)
+	check("set_acquire", `SELECT keys, tokens
+		FROM pgleader.set_acquire('s', 'b', ARRAY['s1','s2','s3','s4'], '1 minute', 0, 0, NULL, 4)`, 4)
+}

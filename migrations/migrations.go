@@ -62,12 +62,12 @@ const HistoryTable = "pgleader_schema_migrations"
 // Latest is the newest schema version this module ships and expects.
 //
 // The migrations are append-only: a change to the schema is a new
-// migration (the next is 0027_…), never an edit of one that
+// migration (the next is 0028_…), never an edit of one that
 // shipped, since a database migrated by a release never runs an edited
 // file again. Each new migration also regenerates schema.sql, the catalog
 // the migrations build (make schema); TestSchemaSnapshot fails until it
 // does, and the file's diff is the change to review.
-const Latest uint = 26
+const Latest uint = 27
 
 // Versions 2 to 13 were development versions, squashed into version 1
 // before the first release. No release ships them, and the migrations after
