@@ -175,11 +175,15 @@ func (b *bench) setScaleRun(ctx context.Context, n int, sessionBound bool) error
 	victim.crash()
 	victim.traced(crashAt, "crash", "", nil)
 	lastTick := victim.lastTick()
+	delays, missing := log.takeovers(ctx, victimKeys, victim.name(), lastTick, 30*time.Second)
 	// A tick in flight at the kill may still have run on the server, and
 	// then it is the dead member's last: its keys lapse a RenewEvery later
 	// than after the last tick answered. Its member row (expiring at the
-	// tick's clock + TTL) tells; the answered tick's send time is kept
-	// unless the row shows a later tick ran.
+	// tick's clock + TTL) tells, read once the keys were taken: a backend
+	// whose client was killed runs its statement to the end, so a read at
+	// the kill could come before that tick committed. The answered tick's
+	// send time is kept unless the row shows a later tick ran; no key could
+	// be taken before that tick's lease lapsed, so every delay counts from it.
 	var memberExpires *time.Time
 	if err := b.admin.QueryRow(ctx, `SELECT max(expires_at) FROM pgleader.set_member WHERE owner = $1`, victim.name()).Scan(&memberExpires); err != nil {
 		return err
@@ -188,10 +192,12 @@ func (b *bench) setScaleRun(ctx context.Context, n int, sessionBound bool) error
 		if ran := memberExpires.Add(-spec.TTL); ran.Sub(lastTick) > spec.RenewEvery/2 {
 			fmt.Printf("| crash: a tick in flight at the kill ran on the server | at %s, %s after the last tick answered | – | measured from it |\n",
 				ran.Format("15:04:05.000"), ms(ran.Sub(lastTick)))
+			for i := range delays {
+				delays[i] -= ran.Sub(lastTick)
+			}
 			lastTick = ran
 		}
 	}
-	delays, missing := log.takeovers(ctx, victimKeys, victim.name(), lastTick, 30*time.Second)
 	moved := log.movedTwice(victimKeys, crashAt)
 	if len(delays) > 0 {
 		p99, bound := percentile(delays, 99), spec.TTL+spec.CampaignEvery
