@@ -85,7 +85,7 @@ func readLease(t *testing.T, pool *pgxpool.Pool, key string) leaseRow {
 // shipped lists the schema versions this pgleader ships, as its usage
 // errors name them: written out, so that a new migration fails the test
 // until it is listed here (and in docs/cli.md).
-const shipped = "1, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26"
+const shipped = "1, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27"
 
 func testUsage(t *testing.T, bin string) {
 	for _, tc := range []struct {
@@ -231,7 +231,7 @@ func testMigrateTo(t *testing.T, bin string) {
 		}
 	}
 	code, _, stderr := runCLI(t, bin, env, "migrate", "to", "1")
-	if want := "to 1 reverts versions 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26 and drops what it added; add --yes to confirm"; code != 2 || !strings.Contains(stderr, want) {
+	if want := "to 1 reverts versions 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27 and drops what it added; add --yes to confirm"; code != 2 || !strings.Contains(stderr, want) {
 		t.Fatalf("migrate to 1 without --yes: status %d, stderr:\n%s\nwant 2 and %q", code, stderr, want)
 	}
 	if code, stdout, _ := runCLI(t, bin, env, "migrate", "version"); code != 0 || stdout != latest {
