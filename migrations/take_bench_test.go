@@ -21,6 +21,9 @@ import (
 //     confirm (as a Set's first campaign sends them). It takes 10,000.
 //   - crash: c died; a holds 33,334 keys, b 33,333, and a sends c's 33,333
 //     keys, whose rows have expired. It takes 10,000.
+//   - confirm: as a campaign that only confirms sends it (no key, the
+//     66,666 keys a does not hold to confirm), with no term handed to a:
+//     it takes nothing.
 //
 // The state is made again before each operation, outside the timer:
 //
@@ -35,7 +38,7 @@ func BenchmarkSetAcquire(b *testing.B) {
 		}
 		return out
 	}
-	all, part, dead := keys(0, 100000), keys(0, 33333), keys(66667, 100000)
+	all, part, dead, others := keys(0, 100000), keys(0, 33333), keys(66667, 100000), keys(33334, 100000)
 	exec := func(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
 		b.Helper()
 		if _, err := pool.Exec(ctx, sql, args...); err != nil {
@@ -44,13 +47,13 @@ func BenchmarkSetAcquire(b *testing.B) {
 	}
 	members := `INSERT INTO pgleader.set_member (set_name, role, owner, held, joined_at, expires_at)
 		SELECT 's', current_user, o, 0, now(), now() + interval '1 hour' FROM unnest(ARRAY['a','b','c']) AS o`
-	acquire := func(b *testing.B, pool *pgxpool.Pool, keys []string, held int, confirm []string) {
+	acquire := func(b *testing.B, pool *pgxpool.Pool, keys []string, held int, confirm []string, want int) {
 		b.Helper()
 		var won []string
 		err := pool.QueryRow(ctx, `SELECT keys FROM pgleader.set_acquire('s', 'a', $1, '1 minute', $2, 0, NULL, 100000, $3)`,
 			keys, held, confirm).Scan(&won)
-		if err != nil || len(won) != 10000 {
-			b.Fatalf("set_acquire won %d keys, %v; want 10000", len(won), err)
+		if err != nil || len(won) != want {
+			b.Fatalf("set_acquire won %d keys, %v; want %d", len(won), err, want)
 		}
 	}
 	for _, v := range []uint{26, migrations.Latest} {
@@ -68,7 +71,7 @@ func BenchmarkSetAcquire(b *testing.B) {
 				b.StopTimer()
 				exec(b, db.Pool, `TRUNCATE pgleader.lease CASCADE`)
 				b.StartTimer()
-				acquire(b, db.Pool, part, 0, all)
+				acquire(b, db.Pool, part, 0, all, 10000)
 			}
 		})
 		b.Run(fmt.Sprintf("crash/v%d", v), func(b *testing.B) {
@@ -86,7 +89,12 @@ func BenchmarkSetAcquire(b *testing.B) {
 				exec(b, db.Pool, `UPDATE pgleader.lease SET holder = 'c', expires_at = now() - interval '1 second'
 					WHERE key >= 'k066667' AND (holder <> 'c' OR expires_at > now())`)
 				b.StartTimer()
-				acquire(b, db.Pool, dead, 33334, nil)
+				acquire(b, db.Pool, dead, 33334, nil, 10000)
+			}
+		})
+		b.Run(fmt.Sprintf("confirm/v%d", v), func(b *testing.B) {
+			for range b.N {
+				acquire(b, db.Pool, []string{}, 33334, others, 0)
 			}
 		})
 	}
