@@ -206,3 +206,38 @@ func TestGraceForApplicationRole(t *testing.T) {
 		t.Fatalf("acquire by the application role after the grace = %+v; want token %d", r, int64(1<<40+1))
 	}
 }
+
+// TestGraceGrantsNoSetTerm: during the grace after a notice, a set's
+// campaign (set_acquire) and acquire_many take no key, free or never seen
+// (_take_free's check since schema 27); after it, both win.
+func TestGraceGrantsNoSetTerm(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_ = acquire(t, db.Pool, "seen", "a", "1 second")
+	forgetEpoch(t, db)
+	mustExec(t, db.Pool, `SELECT pgleader.grace()`)
+	won := func(sql string) []string {
+		t.Helper()
+		var keys []string
+		if err := db.Pool.QueryRow(ctx, sql).Scan(&keys); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return keys
+	}
+	setSQL := `SELECT keys FROM pgleader.set_acquire('s', 'b', ARRAY['s1','s2'], '1 minute', 0)`
+	manySQL := `SELECT coalesce(array_agg(key ORDER BY key), '{}') FROM pgleader.acquire_many(ARRAY['m1','m2'], 'b', '1 minute', 2)`
+	if got := won(setSQL); len(got) != 0 {
+		t.Errorf("set_acquire in the grace won %v; want none", got)
+	}
+	if got := won(manySQL); len(got) != 0 {
+		t.Errorf("acquire_many in the grace won %v; want none", got)
+	}
+	endGrace(t, db)
+	if got := won(setSQL); len(got) != 2 {
+		t.Errorf("set_acquire after the grace won %v; want both keys", got)
+	}
+	if got := won(manySQL); len(got) != 2 {
+		t.Errorf("acquire_many after the grace won %v; want both keys", got)
+	}
+}
