@@ -1,10 +1,8 @@
 package pgleader
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"log/slog"
 	"maps"
 	"sync"
 	"time"
@@ -249,7 +247,7 @@ func (p *Postgres) with(ctx context.Context, fn func(DB, *pgconn.PgConn) error) 
 				return p.lease.once(ctx, fn)
 			}
 			if freed = f; warn {
-				cmp.Or(p.log, slog.Default()).Warn("lease operations wait: the lease connection is busy, bodies hold every pool connection, and the backend's spare connections are all open; raise the pool's MaxConns or hold fewer of its connections in bodies",
+				p.logger().Warn("lease operations wait: the lease connection is busy, bodies hold every pool connection, and the backend's spare connections are all open; raise the pool's MaxConns or hold fewer of its connections in bodies",
 					"spares", maxSpare)
 			}
 		}

@@ -109,6 +109,10 @@ func NewPostgres(db DB, opts ...PostgresOption) *Postgres {
 	return p
 }
 
+// logger is where the backend itself logs: WithLogger's logger, else
+// slog.Default().
+func (p *Postgres) logger() *slog.Logger { return cmp.Or(p.log, slog.Default()) }
+
 var (
 	_ Backend    = (*Postgres)(nil)
 	_ Steerer    = (*Postgres)(nil)
@@ -335,7 +339,7 @@ func (p *Postgres) statementThenHint(ctx context.Context, c *pgconn.PgConn, sql 
 		return nil, err
 	}
 	if _, err := c.ExecParams(ctx, hint, hintArgs, nil, nil, nil).Close(); err != nil {
-		cmp.Or(p.log, slog.Default()).Warn("the hint after a committed release or hand-off failed; waiting candidates find the lease at its expiry",
+		p.logger().Warn("the hint after a committed release or hand-off failed; waiting candidates find the lease at its expiry",
 			"err", err)
 	}
 	return row, nil

@@ -1,7 +1,6 @@
 package pgleader
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -112,7 +111,7 @@ func (p *Postgres) ReleaseSet(ctx context.Context, set, owner string, keys []str
 			if freed > 0 {
 				event = "release"
 			}
-			setHint(ctx, db, set, event, cmp.Or(p.log, slog.Default()), "a set's release or hand-off")
+			setHint(ctx, db, set, event, p.logger(), "a set's release or hand-off")
 		}
 		return err
 	})
